@@ -1,0 +1,33 @@
+# The two commands of the README: `make example` (the main job) and `make test`.
+# Each creates .venv and installs what it needs on first use.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+
+.PHONY: example test lint bench bench-quick clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev,bench]'
+	touch $@
+
+example: $(VENV)/.installed
+	$(PY) -m example_project
+
+test: $(VENV)/.installed
+	$(PY) -m pytest
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+bench: $(VENV)/.installed
+	$(PY) -m benchmarks
+
+bench-quick: $(VENV)/.installed
+	$(PY) -m benchmarks --quick
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
