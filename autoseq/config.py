@@ -1,0 +1,197 @@
+"""``SequenceConfig``: one sequence's settings, i.e. one ``sys_sequence`` row."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from autoseq.errors import InvalidSequenceConfig
+
+#: Largest value a signed 64-bit column holds (BIGINT, int64 in BSON).
+MAX_VALUE = 2**63 - 1
+#: Longest sequence name; the ``name`` column is ``VARCHAR(NAME_MAX_LENGTH)``.
+NAME_MAX_LENGTH = 191  # fits a utf8mb4 index prefix on MySQL/MariaDB
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def validate_name(name: object) -> str:
+    """Return ``name`` if it can name a sequence, else raise ``InvalidSequenceConfig``.
+
+    Names are data, never code: every store passes them as bound parameters,
+    so quotes, ``;`` or ``$`` are allowed. What is refused is what no store
+    can key on: non-strings, empty or over-long names, control characters.
+    """
+    if not isinstance(name, str):
+        raise InvalidSequenceConfig(
+            f"sequence name must be a str, got {type(name).__name__} {name!r}"
+        )
+    if not name or name != name.strip():
+        raise InvalidSequenceConfig(
+            f"sequence name {name!r} must be non-empty and have no leading or trailing spaces"
+        )
+    if len(name) > NAME_MAX_LENGTH:
+        raise InvalidSequenceConfig(
+            f"sequence name is {len(name)} characters long; the limit is {NAME_MAX_LENGTH}"
+        )
+    if _CONTROL.search(name):
+        raise InvalidSequenceConfig(
+            f"sequence name {name!r} contains a control character; use printable text"
+        )
+    return name
+
+
+def _check_int(field_name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidSequenceConfig(
+            f"{field_name} must be an int, got {type(value).__name__} {value!r}"
+        )
+    if not -MAX_VALUE - 1 <= value <= MAX_VALUE:
+        raise InvalidSequenceConfig(f"{field_name}={value} does not fit a signed 64-bit integer")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class SequenceConfig:
+    """Settings of one named sequence; also the shape of a ``sys_sequence`` row.
+
+    ``current`` is the next value nobody has reserved yet (``None`` means
+    ``start``). Values are ``start, start + step, ...`` up to ``end``; with
+    ``batch=True`` each reservation takes ``batch_count`` values at once.
+    """
+
+    name: str
+    start: int = 1
+    end: int = MAX_VALUE
+    step: int = 1
+    current: int | None = None
+    batch: bool = True
+    batch_count: int = 100
+    cycle: bool = False
+    updated_at: datetime | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        validate_name(self.name)
+        for name in ("start", "end", "step", "batch_count"):
+            _check_int(name, getattr(self, name))
+        for name in ("batch", "cycle"):
+            if not isinstance(getattr(self, name), bool):
+                value = getattr(self, name)
+                raise InvalidSequenceConfig(
+                    f"{name} must be True or False, got {type(value).__name__} {value!r}"
+                )
+        if self.step < 1:
+            raise InvalidSequenceConfig(
+                f"sequence {self.name!r}: step={self.step}; step must be 1 or more"
+            )
+        if self.batch_count < 1:
+            raise InvalidSequenceConfig(
+                f"sequence {self.name!r}: batch_count={self.batch_count}; "
+                "batch_count must be 1 or more (use batch=False for one value per round trip)"
+            )
+        if self.start > self.end:
+            raise InvalidSequenceConfig(
+                f"sequence {self.name!r}: start={self.start} is greater than end={self.end}"
+            )
+        if self.start > MAX_VALUE - self.step:
+            raise InvalidSequenceConfig(
+                f"sequence {self.name!r}: start={self.start} leaves no room for one step "
+                f"of {self.step} below 2**63; lower start or step"
+            )
+        if self.current is not None:
+            _check_int("current", self.current)
+            if not self.start <= self.current <= self.end:
+                raise InvalidSequenceConfig(
+                    f"sequence {self.name!r}: current={self.current} is outside "
+                    f"[start={self.start}, end={self.end}]"
+                )
+            if (self.current - self.start) % self.step:
+                raise InvalidSequenceConfig(
+                    f"sequence {self.name!r}: current={self.current} is not start + k * step "
+                    f"(start={self.start}, step={self.step})"
+                )
+
+    @classmethod
+    def from_row(cls, row: Any) -> SequenceConfig:
+        """Build from a stored row (mapping), where ``current`` may be past ``end``.
+
+        A row whose ``current`` is one step past its last value is an
+        exhausted sequence, a legal state; anything else impossible (edited
+        by hand, say) raises ``InvalidSequenceConfig`` naming the row.
+        """
+        get = row.get if hasattr(row, "get") else (lambda k: getattr(row, k))
+        try:
+            config = cls(
+                name=get("name"),
+                start=get("start"),
+                end=get("end"),
+                step=get("step"),
+                batch=bool(get("batch")),
+                batch_count=get("batch_count"),
+                cycle=bool(get("cycle")),
+                updated_at=get("updated_at"),
+            )
+        except InvalidSequenceConfig as exc:
+            raise InvalidSequenceConfig(f"stored sys_sequence row is invalid: {exc}") from None
+        current = get("current")
+        _check_int("current", current)
+        if not config.start <= current <= config.last_value + config.step or (
+            (current - config.start) % config.step
+        ):
+            raise InvalidSequenceConfig(
+                f"stored sys_sequence row {config.name!r} is invalid: current={current} "
+                f"is not start + k * step within [start={config.start}, "
+                f"end={config.end}] (step={config.step}); fix it with `autoseq set`"
+            )
+        object.__setattr__(config, "current", current)
+        return config
+
+    @property
+    def last_value(self) -> int:
+        """The largest value this sequence can hand out.
+
+        The last multiple of ``step`` past ``start`` not above ``end``, and
+        never so close to 2**63 that ``current`` could no longer be stored.
+        """
+        ceiling = min(self.end, MAX_VALUE - self.step)
+        return self.start + (ceiling - self.start) // self.step * self.step
+
+    @property
+    def exhausted(self) -> bool:
+        """True when every value up to ``end`` has been reserved (and no cycle)."""
+        return self.next_value > self.last_value
+
+    @property
+    def block_size(self) -> int:
+        """How many values one reservation takes."""
+        return self.batch_count if self.batch else 1
+
+    @property
+    def next_value(self) -> int:
+        """The next unreserved value (``current``, or ``start`` when unset)."""
+        return self.start if self.current is None else self.current
+
+    def replace(self, **changes: Any) -> SequenceConfig:
+        """A copy with ``changes`` applied and validated again."""
+        return dataclasses.replace(self, **changes)
+
+    def with_current(self, current: int, updated_at: datetime | None = None) -> SequenceConfig:
+        """A copy with ``current`` set; one step past the last value means exhausted."""
+        return SequenceConfig.from_row(
+            {**self.as_row(), "current": current, "updated_at": updated_at or self.updated_at}
+        )
+
+    def as_row(self) -> dict[str, Any]:
+        """The ``sys_sequence`` row for this config (``current`` filled in)."""
+        return {
+            "name": self.name,
+            "start": self.start,
+            "end": self.end,
+            "step": self.step,
+            "current": self.next_value,
+            "batch": self.batch,
+            "batch_count": self.batch_count,
+            "cycle": self.cycle,
+        }

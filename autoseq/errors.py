@@ -1,0 +1,53 @@
+"""The exceptions autoseq raises; every one is an :class:`AutoseqError`."""
+
+from __future__ import annotations
+
+
+class AutoseqError(Exception):
+    """Base class of every error autoseq raises on purpose."""
+
+
+class InvalidSequenceConfig(AutoseqError, ValueError):
+    """A sequence's settings (or a stored row) cannot produce valid values."""
+
+
+class SequenceNotFound(AutoseqError, LookupError):
+    """No ``sys_sequence`` row exists for the name and auto-creation is off."""
+
+    def __init__(self, name: str, hint: str = "") -> None:
+        self.name = name
+        message = f"sequence {name!r} does not exist"
+        message += (
+            f": {hint}"
+            if hint
+            else (
+                "; register it first (SequenceRegistry.register, `autoseq create`) "
+                "or enable auto-creation"
+            )
+        )
+        super().__init__(message)
+
+
+class SequenceExhausted(AutoseqError):
+    """The sequence reached ``end`` and does not cycle."""
+
+    def __init__(self, name: str, current: int, end: int) -> None:
+        self.name = name
+        self.current = current
+        self.end = end
+        super().__init__(
+            f"sequence {name!r} is exhausted: next value {current} is past end {end}; "
+            "raise `end` (`autoseq set`/update the row) or create the sequence with cycle=True"
+        )
+
+
+class StoreUnavailable(AutoseqError):
+    """The store could not be reached or did not answer in time."""
+
+    def __init__(self, message: str, *, name: str | None = None) -> None:
+        self.name = name
+        super().__init__(message)
+
+
+class ReservationConflict(StoreUnavailable):
+    """Too many concurrent reservations collided; the retry bound was exceeded."""

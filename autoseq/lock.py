@@ -1,0 +1,514 @@
+"""``SequenceLock``: one sequence's blocks, served from memory under its own lock.
+
+Serving follows Meituan Leaf's segment mode: values come from the current
+block; once a share of it is used, a background worker reserves the next
+block, so the switch to it does not wait on the store. Block sizes adapt to
+the consumption rate, store outages are ridden out on what is buffered, and
+``close()`` hands an untouched tail back to the store.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import os
+import threading
+import time
+import weakref
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from autoseq import signals
+from autoseq.errors import (
+    AutoseqError,
+    InvalidSequenceConfig,
+    SequenceExhausted,
+    StoreUnavailable,
+)
+from autoseq.stores.base import Block, SequenceStore
+
+log = logging.getLogger("autoseq")
+
+
+@dataclass(frozen=True, slots=True)
+class BufferPolicy:
+    """How a :class:`SequenceLock` buffers values; not part of the stored row.
+
+    ``prefetch_at``: share of the current block used before the next one is
+    reserved in the background (Leaf uses 0.1). ``max_batch_count``: the
+    ceiling adaptive sizing may grow a block to (``None``: 10 x batch_count;
+    equal to batch_count turns growth off). ``grow_within`` / ``shrink_after``:
+    a block used up faster than this many seconds doubles the next one, one
+    that lasted longer halves it, never below ``batch_count``.
+    ``retry_initial`` / ``retry_max``: back-off (seconds) after a failed
+    reservation, during which an empty buffer fails fast. ``warn_share``:
+    share of a non-cycling range reserved before ``low_remaining`` is sent.
+    """
+
+    prefetch: bool = True
+    prefetch_at: float = 0.1
+    max_batch_count: int | None = None
+    grow_within: float = 15 * 60.0
+    shrink_after: float = 30 * 60.0
+    retry_initial: float = 0.05
+    retry_max: float = 5.0
+    wait_timeout: float = 30.0
+    warn_share: float = 0.9
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.prefetch_at <= 1.0:
+            raise InvalidSequenceConfig(
+                f"prefetch_at={self.prefetch_at}; use a share between 0.0 and 1.0"
+            )
+        if self.max_batch_count is not None and self.max_batch_count < 1:
+            raise InvalidSequenceConfig(
+                f"max_batch_count={self.max_batch_count}; use 1 or more, or None"
+            )
+        if not 0.0 < self.retry_initial <= self.retry_max:
+            raise InvalidSequenceConfig(
+                "retry_initial must be above 0 and not above retry_max "
+                f"(got {self.retry_initial} and {self.retry_max})"
+            )
+        if not 0.0 < self.warn_share <= 1.0:
+            raise InvalidSequenceConfig(f"warn_share={self.warn_share}; use a share in (0, 1]")
+
+
+_locks: weakref.WeakSet[SequenceLock] = weakref.WeakSet()
+
+
+class SequenceLock:
+    """Serves one sequence's values, reserving blocks from ``store`` as needed.
+
+    Thread-safe; one lock per sequence, so a slow reservation of one sequence
+    never delays another. ``next()`` on a full buffer costs one lock
+    acquisition and an integer add.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        store: SequenceStore,
+        *,
+        batch: bool = True,
+        batch_count: int = 100,
+        policy: BufferPolicy | None = None,
+    ) -> None:
+        self.name = name
+        self.store = store
+        self.policy = policy or BufferPolicy()
+        self._batch = batch
+        self._floor = batch_count
+        self._reset_state()
+        _locks.add(self)
+
+    # state ----------------------------------------------------------------
+
+    def _reset_state(self) -> None:
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._pid = os.getpid()
+        # The block being served: _next.._last by _step. _fast_until is the
+        # last value the fast path may serve before the slow path looks at
+        # prefetching (equal to _last once a prefetch is in hand).
+        self._next = 1
+        self._last = 0
+        self._step = 1
+        self._fast_until = 0
+        self._blocks: deque[Block] = deque()  # reserved, not yet started
+        self._turns: deque[object] = deque()  # batch=False callers, in arrival order
+        self._loading = False
+        self._closed = False
+        self._error: BaseException | None = None
+        self._retry_at = 0.0
+        self._backoff = 0.0
+        self._block_size = self._floor if self._batch else 1
+        self._worker: threading.Thread | None = None
+        self._wake = threading.Event()
+        self._reservations = 0
+        self._reserved_values = 0
+        self._last_latency: float | None = None
+        self._last_reserved_at: float | None = None
+        self._rate: float | None = None
+        self._row: Any = None
+        self._warned = False
+        self._latest: Block | None = None
+        self._latest_count = 0
+        self._waits = 0  # times a caller found the buffer empty and waited on the store
+
+    def _after_fork_in_child(self) -> None:
+        # The parent's blocks belong to the parent; serving them here would
+        # duplicate its values. Locks may have been held by a thread that
+        # does not exist in the child, so they are replaced too.
+        self._reset_state()
+
+    # serving --------------------------------------------------------------
+
+    def next(self) -> int:
+        """The next value of the sequence."""
+        with self._lock:
+            value = self._next
+            if value <= self._fast_until:
+                self._next = value + self._step
+                return value
+        return self._take(1)[0]
+
+    def next_many(self, n: int) -> list[int]:
+        """``n`` values in increasing order (unless the sequence cycles).
+
+        A shortfall is reserved in one round trip rounded up to whole
+        blocks, so a bulk of N values costs about N / block reservations.
+        """
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise InvalidSequenceConfig(f"next_many needs a count of 0 or more, got {n!r}")
+        if n == 0:
+            return []
+        return self._take(n)
+
+    def _take(self, n: int) -> list[int]:
+        out: list[int] = []
+        with self._cond:
+            if self._pid != os.getpid():  # pragma: no cover - at-fork hook covers it
+                self._after_fork_in_child()
+                return self._take(n)
+            if self._closed:
+                raise AutoseqError(f"sequence {self.name!r}: the lock is closed")
+            deadline = time.monotonic() + self.policy.wait_timeout
+            while len(out) < n:
+                if self._next <= self._last:
+                    want = n - len(out)
+                    have = (self._last - self._next) // self._step + 1
+                    k = min(want, have)
+                    stop = self._next + k * self._step
+                    out.extend(range(self._next, stop, self._step))
+                    self._next = stop
+                    continue
+                if self._blocks:
+                    self._start_block(self._blocks.popleft())
+                    continue
+                if not self._batch:
+                    out.extend(self._reserve_in_turn(n - len(out)).values())
+                    continue
+                if self._loading:
+                    self._waits += 1
+                    if not self._cond.wait(max(0.0, deadline - time.monotonic())):
+                        raise StoreUnavailable(
+                            f"sequence {self.name!r}: no block arrived within "
+                            f"{self.policy.wait_timeout}s",
+                            name=self.name,
+                        )
+                    continue
+                self._waits += 1
+                self._reserve_now(n - len(out))
+            self._maybe_prefetch()
+        return out
+
+    def _start_block(self, block: Block) -> None:
+        self._next, self._last, self._step = block.first, block.last, block.step
+        if self._batch and self.policy.prefetch and not self._blocks:
+            used = max(1, int(block.count * self.policy.prefetch_at))
+            self._fast_until = min(block.last, block.first + (used - 1) * block.step)
+        else:
+            self._fast_until = block.last
+
+    def _maybe_prefetch(self) -> None:
+        if self._next <= self._fast_until or self._next > self._last:
+            return
+        if time.monotonic() < self._retry_at:
+            return  # store failing: look again on a later call, after the back-off
+        # Past the prefetch point: from here on serve fast until the block
+        # ends, and wake the worker once if nothing is buffered or loading.
+        self._fast_until = self._last
+        if self._blocks or self._loading or self._closed:
+            return
+        self._loading = True
+        self._ensure_worker()
+        self._wake.set()
+
+    def _reserve_in_turn(self, shortfall: int) -> Block:
+        """``batch=False``: reserve the caller's own values, callers served first come first.
+
+        One reservation stays in flight per sequence, but the turn passes in
+        arrival order: otherwise the thread that just reserved wins the lock
+        back every time and starves the others. The wait timeout counts from
+        the last time the line moved, so a long line is not a store outage.
+        """
+        turn = object()
+        self._turns.append(turn)
+        try:
+            head = self._turns[0]
+            deadline = time.monotonic() + self.policy.wait_timeout
+            while self._turns[0] is not turn or self._loading:
+                if not self._cond.wait(max(0.0, deadline - time.monotonic())):
+                    raise StoreUnavailable(
+                        f"sequence {self.name!r}: no value arrived within "
+                        f"{self.policy.wait_timeout}s",
+                        name=self.name,
+                    )
+                if self._turns[0] is not head:
+                    head = self._turns[0]
+                    deadline = time.monotonic() + self.policy.wait_timeout
+            return self._reserve_now(shortfall)
+        finally:
+            self._turns.remove(turn)
+            self._cond.notify_all()
+
+    def _reserve_now(self, shortfall: int) -> Block:
+        """Reserve on the caller's thread; called with the lock held.
+
+        With ``batch`` the block goes to the shared buffer; without, the
+        values are all the caller's and it takes them from the result.
+        """
+        now = time.monotonic()
+        if now < self._retry_at and self._error is not None:
+            raise StoreUnavailable(
+                f"sequence {self.name!r}: store unavailable ({self._error}); "
+                f"retrying in {self._retry_at - now:.2f}s",
+                name=self.name,
+            ) from self._error
+        size = self._block_size
+        count = -(-shortfall // size) * size if shortfall > size else size
+        self._loading = True
+        self._lock.release()
+        try:
+            block = self._reserve(count, prefetch=False)
+        except BaseException as exc:
+            self._lock.acquire()
+            self._loading = False
+            self._cond.notify_all()
+            if isinstance(exc, StoreUnavailable):
+                signals.store_unavailable.send(self, name=self.name, error=exc)
+            raise
+        self._lock.acquire()
+        self._loading = False
+        if self._batch:
+            self._blocks.append(block)
+        self._cond.notify_all()
+        return block
+
+    def _reserve(self, count: int, *, prefetch: bool) -> Block:
+        """One store round trip, outside the lock; records what happened."""
+        started = time.monotonic()
+        try:
+            block = self.store.reserve(self.name, count)
+        except SequenceExhausted as exc:
+            signals.sequence_exhausted.send(self, name=self.name, current=exc.current, end=exc.end)
+            raise
+        except StoreUnavailable as exc:
+            self._note_failure(exc)
+            if exc.name == self.name and str(exc).startswith(f"sequence {self.name!r}"):
+                raise
+            raise type(exc)(
+                f"sequence {self.name!r}: store unavailable ({exc})", name=self.name
+            ) from exc
+        latency = time.monotonic() - started
+        self._note_success(block, latency, started)
+        signals.block_reserved.send(
+            self,
+            name=self.name,
+            first=block.first,
+            last=block.last,
+            count=block.count,
+            latency=latency,
+            prefetch=prefetch,
+        )
+        if block.cycled:
+            signals.sequence_cycled.send(
+                self, name=self.name, start=block.row.start, end=block.row.end
+            )
+        self._check_low_remaining(block)
+        return block
+
+    def _note_failure(self, exc: BaseException) -> None:
+        with self._lock:
+            self._error = exc
+            self._backoff = min(
+                self.policy.retry_max,
+                self._backoff * 2 if self._backoff else self.policy.retry_initial,
+            )
+            self._retry_at = time.monotonic() + self._backoff
+
+    def _note_success(self, block: Block, latency: float, started: float) -> None:
+        with self._lock:
+            previous = self._last_reserved_at
+            self._error = None
+            self._backoff = 0.0
+            self._retry_at = 0.0
+            self._reservations += 1
+            self._reserved_values += block.count
+            self._last_latency = latency
+            self._last_reserved_at = started
+            self._row = block.row
+            self._latest = block
+            if previous is not None and started > previous and self._latest_count:
+                self._rate = self._latest_count / (started - previous)
+                self._adapt(started - previous)
+            self._latest_count = block.count
+
+    def _adapt(self, lasted: float) -> None:
+        if not self._batch:
+            return
+        ceiling = self.policy.max_batch_count or self._floor * 10
+        ceiling = max(ceiling, self._floor)
+        if lasted < self.policy.grow_within:
+            self._block_size = min(ceiling, self._block_size * 2)
+        elif lasted > self.policy.shrink_after:
+            self._block_size = max(self._floor, self._block_size // 2)
+
+    def _check_low_remaining(self, block: Block) -> None:
+        row = block.row
+        if row.cycle or self._warned:
+            return
+        span = row.last_value - row.start
+        used = (block.last - row.start) / span if span else 1.0
+        if used >= self.policy.warn_share:
+            self._warned = True
+            remaining = (row.last_value - block.last) // row.step
+            log.warning(
+                "sequence %r has reserved %.1f%% of its range; %d values left before end=%d",
+                self.name,
+                used * 100,
+                remaining,
+                row.end,
+            )
+            signals.low_remaining.send(self, name=self.name, remaining=remaining, used_share=used)
+
+    # background worker ------------------------------------------------------
+
+    def _ensure_worker(self) -> None:
+        worker = self._worker
+        if worker is None or not worker.is_alive():
+            self._worker = threading.Thread(
+                target=self._work, name=f"autoseq-prefetch-{self.name}", daemon=True
+            )
+            self._worker.start()
+
+    def _work(self) -> None:
+        wake = self._wake
+        while True:
+            wake.wait()
+            wake.clear()
+            with self._lock:
+                if self._closed or self._pid != os.getpid():
+                    self._loading = False
+                    self._cond.notify_all()
+                    return
+                count = self._block_size
+            try:
+                block = self._reserve(count, prefetch=True)
+            except Exception as exc:  # noqa: BLE001 - reported, retried later
+                signals.prefetch_failed.send(self, name=self.name, error=exc)
+                with self._lock:
+                    self._loading = False
+                    if isinstance(exc, StoreUnavailable) and self._next <= self._last:
+                        # Let a caller past the prefetch point try again once
+                        # the back-off is over; exhaustion is for the caller
+                        # that empties the block to meet.
+                        self._fast_until = self._next - self._step
+                    self._cond.notify_all()
+                continue
+            with self._lock:
+                self._loading = False
+                self._blocks.append(block)
+                self._fast_until = self._last
+                self._cond.notify_all()
+
+    # introspection and shutdown -------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        """What an operator wants to see about this sequence, as plain data."""
+        with self._lock:
+            left = (self._last - self._next) // self._step + 1 if self._next <= self._last else 0
+            buffered = sum(block.count for block in self._blocks)
+            row = self._row
+            eta: float | None = None
+            end_left: int | None = None
+            if row is not None and not row.cycle:
+                unreserved = max(0, (row.last_value - row.next_value) // row.step + 1)
+                end_left = unreserved + left + buffered
+                if self._rate:
+                    eta = end_left / self._rate
+            return {
+                "name": self.name,
+                "current_block_left": left,
+                "next_block_left": buffered,
+                "block_size": self._block_size,
+                "reservations": self._reservations,
+                "caller_waits": self._waits,
+                "reserved_values": self._reserved_values,
+                "served_values": self._reserved_values - left - buffered,
+                "last_latency": self._last_latency,
+                "consumption_rate": self._rate,
+                "values_until_end": end_left,
+                "seconds_until_end": eta,
+                "loading": self._loading,
+                "store_error": None if self._error is None else str(self._error),
+            }
+
+    def close(self, *, release: bool = True, wait: bool = True) -> bool:
+        """Stop the worker and hand back the unused tail; True if handed back.
+
+        The tail goes back only when no one reserved after this process
+        (compare-and-set on ``current``), so a restart continues without a gap.
+        ``wait=False`` does not wait for a reservation in flight (and then
+        hands nothing back, since the store may be ahead of what is known).
+        """
+        with self._cond:
+            if self._closed:
+                return False
+            self._closed = True
+            deadline = time.monotonic() + self.policy.wait_timeout
+            while wait and self._loading and self._pid == os.getpid():
+                if not self._cond.wait(max(0.0, deadline - time.monotonic())):
+                    break
+            self._wake.set()
+            tail = self._unused_tail()
+            self._next, self._last, self._fast_until = 1, 0, 0
+            self._blocks.clear()
+        if not release or tail is None:
+            return False
+        try:
+            released = self.store.release(tail)
+        except AutoseqError:
+            return False
+        if released:
+            signals.block_released.send(self, name=self.name, first=tail.first, count=tail.count)
+        return released
+
+    def _unused_tail(self) -> Block | None:
+        latest = self._latest
+        if latest is None or self._loading:
+            return None
+        # Unserved values, oldest first: the rest of the current block, then
+        # the buffered blocks. Only a run that ends at the latest reservation
+        # and is contiguous can go back.
+        pieces: list[tuple[int, int, int]] = []
+        if self._next <= self._last:
+            pieces.append((self._next, self._last, self._step))
+        pieces.extend((b.first, b.last, b.step) for b in self._blocks)
+        if not pieces or pieces[-1][1] != latest.last:
+            return None
+        first = pieces[-1][0]
+        for start, last, step in reversed(pieces[:-1]):
+            if last + step != first:
+                break
+            first = start
+        return Block(self.name, first, latest.last, latest.step, latest.row)
+
+
+def _after_fork_in_child() -> None:
+    for lock in list(_locks):
+        lock._after_fork_in_child()
+
+
+def _close_all_at_exit() -> None:
+    # Best effort: hand back what is unused unless the store is failing, and
+    # never wait for a reservation in flight, so exit is never held up long.
+    for lock in list(_locks):
+        with contextlib.suppress(Exception):  # the interpreter is exiting
+            lock.close(release=lock._error is None, wait=False)
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+atexit.register(_close_all_at_exit)

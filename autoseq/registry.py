@@ -1,0 +1,109 @@
+"""``SequenceRegistry``: the named sequences of one store, one lock each."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from autoseq.config import SequenceConfig, validate_name
+from autoseq.errors import SequenceNotFound
+from autoseq.lock import BufferPolicy, SequenceLock
+from autoseq.stores.base import SequenceStore
+
+
+class SequenceRegistry:
+    """Hands out a :class:`SequenceLock` per sequence name of ``store``.
+
+    ``auto_create`` decides what ``get()`` does with a name that has no row:
+    ``True`` creates it from ``defaults(name)`` (``SequenceConfig(name)``
+    unless given), ``False`` raises ``SequenceNotFound``.
+    """
+
+    def __init__(
+        self,
+        store: SequenceStore,
+        *,
+        policy: BufferPolicy | None = None,
+        auto_create: bool = False,
+        defaults: Callable[[str], SequenceConfig] | None = None,
+    ) -> None:
+        self.store = store
+        self.policy = policy or BufferPolicy()
+        self.auto_create = auto_create
+        self.defaults = defaults or SequenceConfig
+        self._locks: dict[str, SequenceLock] = {}
+        self._guard = threading.Lock()
+
+    def _lock_for(self, row: SequenceConfig, policy: BufferPolicy | None) -> SequenceLock:
+        with self._guard:
+            lock = self._locks.get(row.name)
+            if lock is None:
+                lock = SequenceLock(
+                    row.name,
+                    self.store,
+                    batch=row.batch,
+                    batch_count=row.batch_count,
+                    policy=policy or self.policy,
+                )
+                self._locks[row.name] = lock
+            return lock
+
+    def load(self) -> list[str]:
+        """Read every row (app start-up) and prepare a lock for each; returns the names."""
+        rows = self.store.read_all()
+        for row in rows:
+            self._lock_for(row, None)
+        return [row.name for row in rows]
+
+    def register(
+        self, config: SequenceConfig, *, policy: BufferPolicy | None = None
+    ) -> SequenceLock:
+        """Create the row unless it exists (the stored row wins) and return its lock."""
+        lock = self._locks.get(config.name)
+        if lock is not None:
+            return lock
+        return self._lock_for(self.store.create(config), policy)
+
+    def get(self, name: str) -> SequenceLock:
+        """The lock of sequence ``name``, loading (or creating) its row on first use."""
+        # a non-str name (an unhashable dict, say) goes to validate_name's message
+        lock = self._locks.get(name) if isinstance(name, str) else None
+        if lock is not None:
+            return lock
+        validate_name(name)
+        row = self.store.read(name)
+        if row is None:
+            if not self.auto_create:
+                raise SequenceNotFound(name)
+            row = self.store.create(self.defaults(name))
+        return self._lock_for(row, None)
+
+    def next(self, name: str) -> int:
+        """The next value of sequence ``name``."""
+        lock = self._locks.get(name) if isinstance(name, str) else None
+        return (lock or self.get(name)).next()
+
+    def next_many(self, name: str, n: int) -> list[int]:
+        """``n`` values of sequence ``name`` (about n / block reservations)."""
+        lock = self._locks.get(name) if isinstance(name, str) else None
+        return (lock or self.get(name)).next_many(n)
+
+    def names(self) -> list[str]:
+        """Names with a lock in this registry."""
+        with self._guard:
+            return sorted(self._locks)
+
+    def stats(self) -> dict[str, dict[str, object]]:
+        """``stats()`` of every lock, by name."""
+        with self._guard:
+            locks = list(self._locks.values())
+        return {lock.name: lock.stats() for lock in locks}
+
+    def close(self, *, release: bool = True) -> None:
+        """Close every lock (handing unused tails back) and then the store."""
+        with self._guard:
+            locks = list(self._locks.values())
+            self._locks.clear()
+        for lock in locks:
+            lock.close(release=release)
+        self.store.close()

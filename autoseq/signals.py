@@ -1,0 +1,50 @@
+"""blinker signals for what operators watch.
+
+Every signal is sent with the :class:`~autoseq.SequenceLock` as sender and
+keyword arguments that always include ``name`` (the sequence):
+
+``block_reserved``
+    a block was reserved: ``first``, ``last``, ``count``, ``latency``
+    (seconds), ``prefetch`` (True when reserved in the background).
+``prefetch_failed``
+    a background reservation failed: ``error``.
+``store_unavailable``
+    a caller found no buffered value and the store failed: ``error``.
+``sequence_exhausted``
+    the sequence reached ``end`` without ``cycle``: ``current``, ``end``.
+``sequence_cycled``
+    a reservation wrapped from ``end`` back to ``start``: ``start``, ``end``.
+``low_remaining``
+    a non-cycling sequence has reserved past the warning share of its range:
+    ``remaining`` (values left), ``used_share`` (0..1).
+``block_released``
+    ``close()`` handed an unused block back to the store: ``first``, ``count``.
+"""
+
+from __future__ import annotations
+
+from blinker import Namespace
+
+_signals = Namespace()
+
+block_reserved = _signals.signal("block-reserved", doc="A block of values was reserved.")
+prefetch_failed = _signals.signal("prefetch-failed", doc="A background reservation failed.")
+store_unavailable = _signals.signal(
+    "store-unavailable", doc="The store failed and no buffered value was left."
+)
+sequence_exhausted = _signals.signal("sequence-exhausted", doc="The sequence reached its end.")
+sequence_cycled = _signals.signal("sequence-cycled", doc="The sequence wrapped to its start.")
+low_remaining = _signals.signal(
+    "low-remaining", doc="A non-cycling sequence passed its warning share."
+)
+block_released = _signals.signal("block-released", doc="An unused block was handed back.")
+
+__all__ = [
+    "block_released",
+    "block_reserved",
+    "low_remaining",
+    "prefetch_failed",
+    "sequence_cycled",
+    "sequence_exhausted",
+    "store_unavailable",
+]

@@ -1,0 +1,114 @@
+"""The store protocol and the reservation arithmetic every store shares."""
+
+from __future__ import annotations
+
+import os
+import weakref
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from autoseq.config import SequenceConfig
+from autoseq.errors import InvalidSequenceConfig, SequenceExhausted
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """Values ``first, first + step, ..., last`` reserved for one process.
+
+    ``row`` is the stored row as the reservation left it; ``cycled`` says the
+    reservation wrapped from ``end`` back to ``start``.
+    """
+
+    name: str
+    first: int
+    last: int
+    step: int
+    row: SequenceConfig
+    cycled: bool = False
+
+    @property
+    def count(self) -> int:
+        """How many values the block holds."""
+        return (self.last - self.first) // self.step + 1
+
+    def values(self) -> range:
+        """The block's values, in order."""
+        return range(self.first, self.last + 1, self.step)
+
+
+def plan_reservation(row: SequenceConfig, count: int) -> tuple[Block, int]:
+    """Choose the next block of at most ``count`` values of ``row``.
+
+    Returns the block and the new ``current`` to store. Pure arithmetic, so
+    every store reserves exactly the same ranges; the store's job is only to
+    apply it atomically (one transaction, a row lock or a compare-and-set).
+    """
+    if count < 1:
+        raise InvalidSequenceConfig(f"cannot reserve {count} values; ask for 1 or more")
+    first = row.next_value
+    cycled = False
+    if first > row.last_value:
+        if not row.cycle:
+            raise SequenceExhausted(row.name, first, row.end)
+        first = row.start
+        cycled = True
+    last = min(first + (count - 1) * row.step, row.last_value)
+    new_current = last + row.step
+    block = Block(row.name, first, last, row.step, row.with_current(new_current), cycled)
+    return block, new_current
+
+
+@runtime_checkable
+class SequenceStore(Protocol):
+    """Where ``sys_sequence`` rows live; a store is one file of autoseq.
+
+    Contract (``tests/contract.py`` checks it against every store):
+
+    * ``reserve(name, count)`` atomically takes the next ``count`` values
+      (fewer only at ``end``) in the store's own transaction, committed before
+      it returns, and returns them as a :class:`Block`. Two reservations,
+      from any thread, process or machine, never overlap. It raises
+      ``SequenceNotFound``, ``SequenceExhausted`` (no ``cycle``),
+      ``StoreUnavailable`` (driver errors, with the cause chained).
+    * ``create(config)`` inserts the row unless one exists and returns the
+      stored row: the existing row wins, so racing creators agree.
+    * ``read(name)`` returns the row or ``None``; ``read_all()`` every row.
+    * ``update(config)`` overwrites a row's settings (``SequenceNotFound``
+      when missing).
+    * ``release(block)`` hands an unused block back with a compare-and-set:
+      only when nobody reserved after it; returns whether it did.
+    * ``after_fork()`` drops connections inherited from a parent process;
+      ``close()`` releases the store's resources.
+    """
+
+    def create(self, config: SequenceConfig) -> SequenceConfig: ...
+
+    def read(self, name: str) -> SequenceConfig | None: ...
+
+    def read_all(self) -> list[SequenceConfig]: ...
+
+    def update(self, config: SequenceConfig) -> SequenceConfig: ...
+
+    def reserve(self, name: str, count: int) -> Block: ...
+
+    def release(self, block: Block) -> bool: ...
+
+    def after_fork(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+_forkable: weakref.WeakSet[SequenceStore] = weakref.WeakSet()
+
+
+def reset_after_fork(store: SequenceStore) -> None:
+    """Have ``store.after_fork()`` called in every child process forked from now on."""
+    _forkable.add(store)
+
+
+def _after_fork_in_child() -> None:
+    for store in list(_forkable):
+        store.after_fork()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -1,0 +1,69 @@
+"""Test helpers for users and for autoseq's own suites: a store you can slow down or cut."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from autoseq.config import SequenceConfig
+from autoseq.errors import StoreUnavailable
+from autoseq.stores.base import Block, SequenceStore
+
+
+class FlakyStore:
+    """Wraps a real store: adds ``delay`` seconds to each reservation, and can be cut.
+
+    While ``down`` is True every call raises ``StoreUnavailable`` at once,
+    as a store whose server went away would (after its own timeout).
+    ``reservations`` counts the reservations that reached the inner store.
+    """
+
+    def __init__(self, inner: SequenceStore, *, delay: float = 0.0) -> None:
+        self.inner = inner
+        self.delay = delay
+        self.down = False
+        self.reservations = 0
+        self.calls_while_down = 0
+        self._count_lock = threading.Lock()
+
+    def _check(self, what: str) -> None:
+        if self.down:
+            with self._count_lock:
+                self.calls_while_down += 1
+            raise StoreUnavailable(f"{what}: store is down (FlakyStore)")
+
+    def create(self, config: SequenceConfig) -> SequenceConfig:
+        self._check("create")
+        return self.inner.create(config)
+
+    def read(self, name: str) -> SequenceConfig | None:
+        self._check("read")
+        return self.inner.read(name)
+
+    def read_all(self) -> list[SequenceConfig]:
+        self._check("read_all")
+        return self.inner.read_all()
+
+    def update(self, config: SequenceConfig) -> SequenceConfig:
+        self._check("update")
+        return self.inner.update(config)
+
+    def reserve(self, name: str, count: int) -> Block:
+        self._check(f"reserve {name!r}")
+        if self.delay:
+            time.sleep(self.delay)
+        self._check(f"reserve {name!r}")
+        block = self.inner.reserve(name, count)
+        with self._count_lock:
+            self.reservations += 1
+        return block
+
+    def release(self, block: Block) -> bool:
+        self._check("release")
+        return self.inner.release(block)
+
+    def after_fork(self) -> None:
+        self.inner.after_fork()
+
+    def close(self) -> None:
+        self.inner.close()
