@@ -1,0 +1,426 @@
+"""``MongoStore``: ``sys_sequence`` rows as MongoDB documents (pymongo).
+
+One document per sequence, ``_id`` = the name, beside the DESIGN.md fields.
+A reservation is a compare-and-set: compute the block from the row with
+:func:`~autoseq.stores.base.plan_reservation`, then ``find_one_and_update``
+filtered on the ``current`` (and the settings) it was computed from. The
+update is a single-document write, atomic on any server, committed with
+``w="majority"`` before a value is handed out, so a failover cannot roll a
+block back and hand it out again.
+
+The row each successful write returns is remembered, and the next
+reservation starts from it without reading: while the block fits below
+``end`` it is one ``$inc`` of ``current`` filtered on the remembered
+settings (so writers never collide; a token written with it proves the
+returned image is this reservation's own), otherwise the compare-and-set.
+Either way a block costs one round trip while the row is known; a write that
+matches nothing sends the store back to reading the row.
+
+Every operation runs in an empty :mod:`contextvars` context: a pymongo
+session the application bound with ``ClientSession.bind()`` (and so its
+transaction) is never picked up, so an application's abort cannot take a
+reserved block back.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import random
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import pymongo
+from bson.codec_options import CodecOptions
+from pymongo import ReturnDocument
+from pymongo.database import Database
+from pymongo.errors import ConfigurationError, DuplicateKeyError, PyMongoError
+from pymongo.read_preferences import ReadPreference
+from pymongo.write_concern import WriteConcern
+
+from autoseq.config import SequenceConfig, validate_name
+from autoseq.errors import (
+    InvalidSequenceConfig,
+    ReservationConflict,
+    SequenceExhausted,
+    SequenceNotFound,
+    StoreUnavailable,
+)
+from autoseq.stores.base import Block, plan_reservation, reset_after_fork
+
+if TYPE_CHECKING:
+    from pymongo.collection import Collection
+
+_T = TypeVar("_T")
+_COLLECTION_NAME = re.compile(r"^(?!system\.)[^$\x00]{1,120}$")
+#: The row's settings; a compare-and-set on all of them fails when ``update()``
+#: (or a hand edit, valid or not) changed any since the row was read, so the
+#: row is read again and checked before a block is planned from it.
+_PLAN_FIELDS = ("start", "end", "step", "cycle", "batch", "batch_count")
+
+
+def validate_collection_name(collection: object) -> str:
+    """Return ``collection`` if MongoDB accepts it as a collection name."""
+    if (
+        not isinstance(collection, str)
+        or not _COLLECTION_NAME.match(collection)
+        or collection.startswith(".")
+        or collection.endswith(".")
+    ):
+        raise InvalidSequenceConfig(
+            f"collection name {collection!r} is not usable: give 1-120 characters without "
+            "'$' or NUL, not starting with 'system.' and not starting or ending with '.'"
+        )
+    return collection
+
+
+class MongoStore:
+    """A :class:`~autoseq.stores.SequenceStore` on a MongoDB collection.
+
+    ``client_or_url_or_database`` is a ``mongodb://`` URL (the store opens
+    and owns its client; the URL names the database unless ``database``
+    does), a ``MongoClient`` (``database`` or the client's default database)
+    or a pymongo ``Database``. A client given by the application is shared in
+    this process and never closed by the store; after ``os.fork()`` the child
+    opens its own. ``timeout`` (seconds) bounds every operation, server
+    selection included; ``max_retries`` bounds compare-and-set conflicts.
+    """
+
+    def __init__(
+        self,
+        client_or_url_or_database: str | pymongo.MongoClient[Any] | Database[Any],
+        collection: str = "sys_sequence",
+        *,
+        database: str | None = None,
+        max_retries: int = 30,
+        timeout: float = 10.0,
+    ) -> None:
+        self.collection_name = validate_collection_name(collection)
+        self.max_retries = max_retries
+        self.timeout = timeout
+        self.reservations = 0
+        self._guard = threading.Lock()
+        self._rows: dict[str, Mapping[str, Any]] = {}
+        source = client_or_url_or_database
+        if isinstance(source, str):
+            url = source
+            self._new_client: Callable[[], pymongo.MongoClient[Any]] = lambda: pymongo.MongoClient(
+                url, serverSelectionTimeoutMS=int(timeout * 1000), tz_aware=True
+            )
+            self._client: pymongo.MongoClient[Any] | None = self._new_client()
+            self._owns_client = True
+        elif isinstance(source, pymongo.MongoClient):
+            self._client, self._owns_client = source, False
+            self._new_client = _duplicate_of(source)
+        elif isinstance(source, Database):
+            self._client, self._owns_client = source.client, False
+            self._new_client = _duplicate_of(source.client)
+            database = database or source.name
+        else:
+            raise InvalidSequenceConfig(
+                "MongoStore needs a mongodb:// URL, a MongoClient or a Database, "
+                f"got {type(source).__name__}"
+            )
+        if database is None:
+            assert self._client is not None
+            try:
+                database = self._client.get_default_database().name
+            except ConfigurationError:
+                raise InvalidSequenceConfig(
+                    "MongoStore needs a database: name it in the URL "
+                    "(mongodb://host:27017/mydb) or pass database='mydb'"
+                ) from None
+        self.database_name = database
+        self._collection: Collection[dict[str, Any]] | None = None
+        reset_after_fork(self)
+
+    # connection -------------------------------------------------------------
+
+    @property
+    def collection(self) -> Collection[dict[str, Any]]:
+        """The pymongo collection holding the rows (opened on first use)."""
+        collection = self._collection
+        if collection is None:
+            with self._guard:
+                if self._client is None:
+                    self._client, self._owns_client = self._new_client(), True
+                # Plain dicts, aware datetimes and primary reads whatever
+                # the application's client is configured with.
+                collection = self._client[self.database_name].get_collection(
+                    self.collection_name,
+                    codec_options=CodecOptions(tz_aware=True, tzinfo=UTC),
+                    read_preference=ReadPreference.PRIMARY,
+                    write_concern=WriteConcern(w="majority"),
+                )
+                self._collection = collection
+        return collection
+
+    def _run(self, what: str, name: str | None, operation: Callable[[], _T]) -> _T:
+        """Run ``operation`` outside any bound session, translating driver errors."""
+
+        def bounded() -> _T:
+            with pymongo.timeout(self.timeout):
+                return operation()
+
+        try:
+            return contextvars.Context().run(bounded)
+        except PyMongoError as exc:
+            raise self._translate(exc, what, name) from exc
+
+    def _translate(self, exc: BaseException, what: str, name: str | None) -> StoreUnavailable:
+        text = str(exc).strip().splitlines()
+        detail = text[0] if text else type(exc).__name__
+        return StoreUnavailable(
+            f"{what} in {self.database_name}.{self.collection_name} failed: "
+            f"{type(exc).__name__}: {detail}",
+            name=name,
+        )
+
+    # rows -------------------------------------------------------------------
+
+    def create(self, config: SequenceConfig) -> SequenceConfig:
+        row = _document(config)
+        del row["_id"]
+
+        def upsert() -> dict[str, Any] | None:
+            try:
+                stored = self.collection.find_one_and_update(
+                    {"_id": config.name},
+                    {"$setOnInsert": row},
+                    upsert=True,
+                    return_document=ReturnDocument.AFTER,
+                )
+            except DuplicateKeyError:
+                stored = None
+            # Two upserts raced and the server did not retry the loser: it
+            # raised DuplicateKeyError or (secantusdb) returned no document.
+            # Either way the winner's row is there now.
+            return stored or self.collection.find_one({"_id": config.name})
+
+        stored = self._run(f"creating sequence {config.name!r}", config.name, upsert)
+        if stored is None:  # pragma: no cover - deleted between upsert and read
+            raise SequenceNotFound(config.name, "it was deleted while being created")
+        return self._remember(stored)
+
+    def read(self, name: str) -> SequenceConfig | None:
+        validate_name(name)
+        stored = self._run(
+            f"reading sequence {name!r}", name, lambda: self.collection.find_one({"_id": name})
+        )
+        return None if stored is None else self._remember(stored)
+
+    def read_all(self) -> list[SequenceConfig]:
+        rows = self._run("reading sequences", None, lambda: list(self.collection.find({})))
+        return sorted((self._remember(row) for row in rows), key=lambda row: row.name)
+
+    def update(self, config: SequenceConfig) -> SequenceConfig:
+        row = _document(config)
+        del row["_id"]
+        stored = self._run(
+            f"updating sequence {config.name!r}",
+            config.name,
+            lambda: self.collection.find_one_and_update(
+                {"_id": config.name}, {"$set": row}, return_document=ReturnDocument.AFTER
+            ),
+        )
+        if stored is None:
+            self._rows.pop(config.name, None)
+            raise SequenceNotFound(config.name)
+        return self._remember(stored)
+
+    def delete(self, name: str) -> bool:
+        """Remove a row; True if it existed."""
+        validate_name(name)
+        self._rows.pop(name, None)
+        result = self._run(
+            f"deleting sequence {name!r}", name, lambda: self.collection.delete_one({"_id": name})
+        )
+        return result.deleted_count == 1
+
+    def drop(self) -> None:
+        """Drop the whole collection (tests, maintenance)."""
+        self._rows.clear()
+        self._run("dropping the sequence collection", None, lambda: self.collection.drop())
+
+    def _remember(self, stored: Mapping[str, Any]) -> SequenceConfig:
+        row = _config(stored)
+        self._rows[row.name] = stored
+        return row
+
+    # reservation ------------------------------------------------------------
+
+    def reserve(self, name: str, count: int) -> Block:
+        validate_name(name)
+        stored = self._rows.get(name)
+        if stored is not None:
+            block = self._increment(name, stored, count)
+            if block is not None:
+                return block
+            stored = None
+        conflicts = 0
+        while conflicts < self.max_retries:
+            fresh = stored is None
+            if stored is None:
+                stored = self._fetch(name)
+            try:
+                block, new_current = plan_reservation(_config(stored), count)
+            except SequenceExhausted:
+                if fresh:
+                    raise
+                stored = None  # the remembered row may be out of date: look again
+                continue
+            updated = self._compare_and_set(name, stored, new_current)
+            if updated is not None:
+                self._rows[name] = updated
+                self.reservations += 1
+                return block
+            # A remembered row that lost was stale (another process reserved
+            # since): read again at once. A freshly read row that lost means
+            # real contention, so back off with jitter before trying again.
+            stored = None
+            if fresh:
+                conflicts += 1
+                time.sleep(min(0.2, 0.001 * 2 ** min(conflicts, 8)) * random.random())
+        raise ReservationConflict(
+            f"sequence {name!r}: {self.max_retries} reservations in a row collided with others; "
+            "raise batch_count (fewer, larger reservations) or MongoStore(max_retries=...)",
+            name=name,
+        )
+
+    def _increment(self, name: str, stored: Mapping[str, Any], count: int) -> Block | None:
+        """Reserve with one ``$inc`` while the block fits below ``end``: no conflicts.
+
+        The filter pins every setting the arithmetic depends on and bounds
+        ``current`` so the block cannot be cut at ``end``; the document as it
+        was before the increment then gives exactly the block
+        ``plan_reservation`` would. ``None`` (settings changed, near the end,
+        exhausted, or an image that is not this reservation's own) sends the
+        caller to the compare-and-set path.
+        """
+        row = _config(stored)
+        if count < 1 or row.next_value > row.last_value:
+            return None
+        highest_first = row.last_value - (count - 1) * row.step
+        if highest_first < row.start:
+            return None
+        bounds: dict[str, Any] = {"$gte": row.start, "$lte": highest_first}
+        if row.step > 1:
+            if row.start < 0:
+                return None  # $mod truncates towards zero: leave negatives to the CAS path
+            bounds["$mod"] = [row.step, row.start % row.step]  # a hand-edited current
+        guard: dict[str, Any] = {"_id": name, "current": bounds}
+        guard.update({field: stored[field] for field in _PLAN_FIELDS})
+        token = uuid.uuid4().hex
+        after = self._run(
+            f"reserving from sequence {name!r}",
+            name,
+            lambda: self.collection.find_one_and_update(
+                guard,
+                {
+                    "$inc": {"current": count * row.step},
+                    "$set": {"updated_at": _now(), "reserved_by": token},
+                },
+                return_document=ReturnDocument.AFTER,
+            ),
+        )
+        if after is None:
+            return None
+        if after.get("reserved_by") != token:
+            # The server returned a document another reservation had already
+            # moved on (some MongoDB-compatible servers do not read the image
+            # under the write lock): our range is unknown, so it is skipped,
+            # a gap and never a duplicate, and the compare-and-set path runs.
+            return None
+        before = {**after, "current": after["current"] - count * row.step}
+        block, new_current = plan_reservation(_config(before), count)
+        self._rows[name] = {**before, "current": new_current}
+        self.reservations += 1
+        return block
+
+    def _fetch(self, name: str) -> Mapping[str, Any]:
+        stored = self._run(
+            f"reading sequence {name!r}", name, lambda: self.collection.find_one({"_id": name})
+        )
+        if stored is None:
+            self._rows.pop(name, None)
+            raise SequenceNotFound(name)
+        return stored
+
+    def _compare_and_set(
+        self, name: str, stored: Mapping[str, Any], new_current: int
+    ) -> dict[str, Any] | None:
+        """Move ``current`` to ``new_current`` only if the row is still ``stored``."""
+        guard = {"_id": name, "current": stored["current"]}
+        guard.update({field: stored[field] for field in _PLAN_FIELDS})
+        return self._run(
+            f"reserving from sequence {name!r}",
+            name,
+            lambda: self.collection.find_one_and_update(
+                guard,
+                {"$set": {"current": new_current, "updated_at": _now()}},
+                return_document=ReturnDocument.AFTER,
+            ),
+        )
+
+    def release(self, block: Block) -> bool:
+        validate_name(block.name)
+        updated = self._run(
+            f"releasing a block of {block.name!r}",
+            block.name,
+            lambda: self.collection.find_one_and_update(
+                {"_id": block.name, "current": block.last + block.step},
+                {"$set": {"current": block.first, "updated_at": _now()}},
+                return_document=ReturnDocument.AFTER,
+            ),
+        )
+        if updated is None:
+            return False
+        self._rows[block.name] = updated
+        return True
+
+    # lifecycle --------------------------------------------------------------
+
+    def after_fork(self) -> None:
+        # A MongoClient is not fork-safe: the child opens its own on first
+        # use and leaves the parent's alone (closing it could disturb the
+        # parent's sockets). Locks a parent thread held are replaced too.
+        self._guard = threading.Lock()
+        self._client = None
+        self._collection = None
+        self._rows = {}
+
+    def close(self) -> None:
+        with self._guard:
+            if self._owns_client and self._client is not None:
+                self._client.close()
+                self._client = None
+            self._collection = None
+            self._rows = {}
+
+
+def _duplicate_of(client: pymongo.MongoClient[Any]) -> Callable[[], pymongo.MongoClient[Any]]:
+    """A factory for a new client with the same settings as ``client``."""
+    duplicate = getattr(client, "_duplicate", None)
+    if duplicate is None:  # pragma: no cover - every pymongo 4 client has it
+        raise InvalidSequenceConfig(
+            "this pymongo version cannot copy a MongoClient for a forked process; "
+            "pass MongoStore a mongodb:// URL instead"
+        )
+    return lambda: duplicate()
+
+
+def _document(config: SequenceConfig) -> dict[str, Any]:
+    row = config.as_row()
+    return {"_id": row.pop("name"), **row, "updated_at": _now()}
+
+
+def _config(stored: Mapping[str, Any]) -> SequenceConfig:
+    return SequenceConfig.from_row({**stored, "name": stored["_id"]})
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)

@@ -1,0 +1,578 @@
+"""``RedisStore``: ``sys_sequence`` rows as Redis hashes, reserved by one Lua script.
+
+Layout, for a store with prefix ``P`` (default ``sys_sequence``)::
+
+    {P}:seq:<name>   a hash with the DESIGN.md fields (name, start, end, step,
+                     current, batch, batch_count, cycle, updated_at)
+    {P}:names        a sorted set of every name (score 0), for read_all()
+
+``<name>`` is percent-encoded (``urllib.parse.quote`` with nothing safe but
+letters, digits and ``_.-~``), so a name holding ``:``, ``*``, ``{`` or a
+space can neither reach another sequence's key nor the index, and glob
+patterns over the keys stay literal. The ``{P}`` hash tag puts every key of a
+store in one cluster slot, so the create script may touch two keys.
+
+A reservation is one ``EVALSHA``. Redis's Lua (5.1) computes in doubles,
+exact only below 2**53, while a row holds 64-bit values; so the script only
+adds, subtracts and compares, on numbers split into two exact halves. What
+needs division or multiplication (the last value a row can hand out,
+``(count - 1) * step``) is computed in Python from the row's settings, and
+the script first checks, byte for byte, that the stored start, end, step and
+cycle are still the ones Python planned with; if not, it hands the row back
+and Python plans again. ``current`` itself is read and written inside the
+script, so concurrent reservations never retry. The blocks equal
+``plan_reservation``'s exactly (tests/test_store_redis.py checks that on
+randomized rows).
+
+Durability: Redis acknowledges a write before it is on disk unless told
+otherwise. A Redis that restarts without the rows would let ``create()``
+start the sequences again from ``start`` and repeat values already handed
+out. Run it with ``appendonly yes`` and ``appendfsync always`` (see
+docs/redis.md); ``floor=`` and the store's memory of the highest ``current``
+it has seen keep a recreated row above values known to be used.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import quote
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from autoseq.config import SequenceConfig, validate_name
+from autoseq.errors import (
+    InvalidSequenceConfig,
+    ReservationConflict,
+    SequenceExhausted,
+    SequenceNotFound,
+    StoreUnavailable,
+)
+from autoseq.stores.base import Block, reset_after_fork
+
+log = logging.getLogger("autoseq")
+
+_PREFIX = re.compile(r"[A-Za-z0-9_.\-]{1,100}")
+_INTEGER = re.compile(rb"-?[0-9]{1,20}")
+_PLAN_FIELDS = (b"start", b"end", b"step", b"cycle")
+_INT_FIELDS = ("start", "end", "step", "current", "batch_count")
+_FLAGS = {b"1": True, b"0": False}
+#: Any span this large reaches the last value: a row spans less than 2**64.
+_SPAN_CAP = 2**64
+_MAX_REPLANS = 10
+
+_REDIS_ERRORS = (redis.RedisError,)
+
+# Integers travel as decimal strings and are held as {hi, lo}, value =
+# hi * 1e9 + lo with 0 <= lo < 1e9: both halves stay far below 2**53, so
+# the doubles of Redis's Lua add, subtract and compare them exactly.
+_LUA_INTEGERS = """
+local B = 1000000000
+local function int(s)
+  if type(s) ~= 'string' then return nil end
+  local sign, digits = string.match(s, '^(%-?)(%d+)$')
+  if not digits or #digits > 20 then return nil end
+  local n, hi, lo = #digits, 0, 0
+  if n > 9 then
+    hi = tonumber(string.sub(digits, 1, n - 9))
+    lo = tonumber(string.sub(digits, n - 8))
+  else
+    lo = tonumber(digits)
+  end
+  if sign == '-' then
+    hi, lo = 0 - hi, 0 - lo
+    if lo < 0 then hi, lo = hi - 1, lo + B end
+  end
+  return {hi, lo}
+end
+local function cmp(a, b)
+  if a[1] ~= b[1] then return a[1] < b[1] and -1 or 1 end
+  if a[2] ~= b[2] then return a[2] < b[2] and -1 or 1 end
+  return 0
+end
+local function add(a, b)
+  local hi, lo = a[1] + b[1], a[2] + b[2]
+  if lo >= B then hi, lo = hi + 1, lo - B end
+  return {hi, lo}
+end
+local function sub(a, b)
+  local hi, lo = a[1] - b[1], a[2] - b[2]
+  if lo < 0 then hi, lo = hi - 1, lo + B end
+  return {hi, lo}
+end
+local function str(a)
+  local hi, lo, sign = a[1], a[2], ''
+  if hi < 0 then
+    sign = '-'
+    if lo > 0 then hi, lo = -1 - hi, B - lo else hi = 0 - hi end
+  end
+  if hi == 0 then return sign .. string.format('%d', lo) end
+  return sign .. string.format('%d%09d', hi, lo)
+end
+"""
+
+# KEYS[1] the row. ARGV: start, end, step, cycle as Python read them (raw);
+# the row's last value; (count - 1) * step, capped; '1' to wrap; now. The
+# reply carries what Python does not know yet to rebuild the row: current,
+# batch and batch_count (the fields compared are the ones it sent).
+_RESERVE = (
+    _LUA_INTEGERS
+    + """
+local key = KEYS[1]
+local row = redis.call('HMGET', key, 'start', 'end', 'step', 'cycle', 'current', 'batch',
+                       'batch_count')
+if not row[5] then
+  if redis.call('EXISTS', key) == 0 then return {'missing'} end
+  return {'invalid', redis.call('HGETALL', key)}
+end
+for i = 1, 4 do
+  if row[i] ~= ARGV[i] then return {'stale', redis.call('HGETALL', key)} end
+end
+local start, step, last = int(row[1]), int(row[3]), int(ARGV[5])
+local current = int(row[5])
+if not current or cmp(current, start) < 0 or cmp(current, add(last, step)) > 0 then
+  return {'invalid', redis.call('HGETALL', key)}
+end
+local first, cycled = current, 0
+if cmp(first, last) > 0 then
+  if ARGV[7] ~= '1' then return {'exhausted', row[5]} end
+  first, cycled = start, 1
+end
+local stop = last
+local span = int(ARGV[6])
+if cmp(span, sub(last, first)) < 0 then stop = add(first, span) end
+local new_current = str(add(stop, step))
+redis.call('HSET', key, 'current', new_current, 'updated_at', ARGV[8])
+return {'ok', str(first), str(stop), new_current, cycled, row[6], row[7]}
+"""
+)
+
+# KEYS[1] the row, KEYS[2] the index. ARGV: name, then field/value pairs.
+_CREATE = """
+local created = 0
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('HSET', KEYS[1], 'name', unpack(ARGV))
+  created = 1
+end
+redis.call('ZADD', KEYS[2], 0, ARGV[1])
+return {created, redis.call('HGETALL', KEYS[1])}
+"""
+
+_UPDATE = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return false end
+redis.call('HSET', KEYS[1], 'name', unpack(ARGV))
+redis.call('ZADD', KEYS[2], 0, ARGV[1])
+return redis.call('HGETALL', KEYS[1])
+"""
+
+# KEYS[1] the row. ARGV: current the block left behind, its first value, now.
+_RELEASE = """
+if redis.call('HGET', KEYS[1], 'current') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'current', ARGV[2], 'updated_at', ARGV[3])
+return 1
+"""
+
+
+def validate_prefix(prefix: object) -> str:
+    """Return ``prefix`` if it can prefix a store's keys, else raise ``InvalidSequenceConfig``."""
+    if not isinstance(prefix, str) or not _PREFIX.fullmatch(prefix):
+        raise InvalidSequenceConfig(
+            f"Redis key prefix {prefix!r} must be 1 to 100 letters, digits, '_', '.' or '-' "
+            "(no ':', '{' or spaces, so two stores' keys never meet)"
+        )
+    return prefix
+
+
+class RedisStore:
+    """A :class:`~autoseq.stores.SequenceStore` keeping rows in Redis hashes.
+
+    ``client_or_url`` is a ``redis.Redis`` or a ``redis://`` URL; from a URL
+    the store makes its own client with ``socket_timeout`` and
+    ``socket_connect_timeout`` (seconds) and one retry, so an outage fails
+    fast. ``prefix`` keeps several stores apart on one server. ``floor``,
+    when given, is asked for the lowest value a row about to be *created*
+    may start at (say ``max(id) + 1`` of the table the sequence numbers, or
+    None): a row recreated after Redis lost its data then starts above the
+    values already used instead of at ``start``.
+    """
+
+    def __init__(
+        self,
+        client_or_url: redis.Redis | str,
+        prefix: str = "sys_sequence",
+        *,
+        floor: Callable[[str], int | None] | None = None,
+        socket_timeout: float = 2.0,
+        socket_connect_timeout: float = 1.0,
+    ) -> None:
+        self.prefix = validate_prefix(prefix)
+        self.floor = floor
+        if isinstance(client_or_url, str):
+            try:
+                client = redis.Redis.from_url(
+                    client_or_url,
+                    socket_timeout=socket_timeout,
+                    socket_connect_timeout=socket_connect_timeout,
+                    retry=Retry(NoBackoff(), 1),
+                )
+            except ValueError as exc:
+                raise InvalidSequenceConfig(
+                    f"cannot use Redis URL {client_or_url!r}: {exc}; "
+                    "write it as redis://host:port/db"
+                ) from None
+            self._owns_client = True
+        elif isinstance(client_or_url, redis.Redis):
+            client = client_or_url
+            self._owns_client = False
+        else:
+            raise InvalidSequenceConfig(
+                f"RedisStore needs a redis.Redis client or a redis:// URL, "
+                f"got {type(client_or_url).__name__}"
+            )
+        self.client: redis.Redis = client
+        self.index_key = f"{{{self.prefix}}}:names"
+        self.reservations = 0
+        self._reserve = client.register_script(_RESERVE)
+        self._create = client.register_script(_CREATE)
+        self._update = client.register_script(_UPDATE)
+        self._release = client.register_script(_RELEASE)
+        # Per name: the row's settings and the raw stored bytes they were
+        # parsed from, which the reserve script compares.
+        self._plans: dict[str, tuple[SequenceConfig, list[bytes]]] = {}
+        self._seen: dict[str, int] = {}
+        self._seen_lock = threading.Lock()
+        self._warned_volatile = False
+        reset_after_fork(self)
+
+    # keys and errors --------------------------------------------------------
+
+    def key(self, name: str) -> str:
+        """The Redis key of sequence ``name``'s hash."""
+        validate_name(name)
+        try:
+            encoded = quote(name, safe="")
+        except UnicodeEncodeError:
+            raise InvalidSequenceConfig(
+                f"sequence name {name!r} is not valid Unicode text; use printable text"
+            ) from None
+        return f"{{{self.prefix}}}:seq:{encoded}"
+
+    def _target(self) -> str:
+        kwargs = self.client.connection_pool.connection_kwargs
+        if "path" in kwargs:
+            return f"unix://{kwargs['path']}?db={kwargs.get('db', 0)}"
+        return f"redis://{kwargs.get('host', '?')}:{kwargs.get('port', '?')}/{kwargs.get('db', 0)}"
+
+    def _translate(self, exc: BaseException, what: str, name: str | None) -> StoreUnavailable:
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        error = StoreUnavailable(
+            f"{what} on {self._target()} failed: {type(exc).__name__}: {text}", name=name
+        )
+        error.__cause__ = exc
+        return error
+
+    def _note_seen(self, row: SequenceConfig) -> None:
+        with self._seen_lock:
+            if row.next_value > self._seen.get(row.name, row.next_value - 1):
+                self._seen[row.name] = row.next_value
+
+    # rows -------------------------------------------------------------------
+
+    def create(self, config: SequenceConfig) -> SequenceConfig:
+        key = self.key(config.name)
+        try:
+            if self.floor is not None:
+                existing = _pairs(self.client.hgetall(key))
+                if existing:
+                    return self._decode(config.name, existing)
+            opening = self._opening(config)
+            created, raw = self._create(
+                keys=[key, self.index_key], args=_row_args(opening), client=self.client
+            )
+        except _REDIS_ERRORS as exc:
+            raise self._translate(exc, f"creating sequence {config.name!r}", config.name) from exc
+        if created:
+            if opening.next_value != config.next_value:
+                log.warning(
+                    "sequence %r: created its row at current=%d instead of %d, above values "
+                    "known to be used; was the Redis data lost?",
+                    config.name,
+                    opening.next_value,
+                    config.next_value,
+                )
+            self._warn_if_volatile()
+        return self._decode(config.name, _pairs(raw))
+
+    def _opening(self, config: SequenceConfig) -> SequenceConfig:
+        """``config``, moved up to the floor and to the highest current seen here."""
+        floors = [self._seen.get(config.name)]
+        if self.floor is not None:
+            floors.append(self.floor(config.name))
+        known = [value for value in floors if value is not None]
+        if not known or max(known) <= config.next_value:
+            return config
+        steps = -(-(max(known) - config.start) // config.step)
+        current = min(config.start + steps * config.step, config.last_value + config.step)
+        return config.with_current(current)
+
+    def read(self, name: str) -> SequenceConfig | None:
+        key = self.key(name)
+        try:
+            raw = _pairs(self.client.hgetall(key))
+        except _REDIS_ERRORS as exc:
+            raise self._translate(exc, f"reading sequence {name!r}", name) from exc
+        return self._decode(name, raw) if raw else None
+
+    def read_all(self) -> list[SequenceConfig]:
+        try:
+            names = [_bytes(raw).decode() for raw in self.client.zrange(self.index_key, 0, -1)]
+            pipe = self.client.pipeline(transaction=False)
+            for name in names:
+                pipe.hgetall(self.key(name))
+            rows = pipe.execute()
+        except _REDIS_ERRORS as exc:
+            raise self._translate(exc, "reading sequences", None) from exc
+        # A name whose hash is gone (deleted by hand) is skipped, not an error.
+        found = [
+            self._decode(name, _pairs(raw)) for name, raw in zip(names, rows, strict=True) if raw
+        ]
+        return sorted(found, key=lambda row: row.name)
+
+    def update(self, config: SequenceConfig) -> SequenceConfig:
+        key = self.key(config.name)
+        try:
+            raw = self._update(
+                keys=[key, self.index_key], args=_row_args(config), client=self.client
+            )
+        except _REDIS_ERRORS as exc:
+            raise self._translate(exc, f"updating sequence {config.name!r}", config.name) from exc
+        if raw is None:
+            raise SequenceNotFound(config.name)
+        return self._decode(config.name, _pairs(raw))
+
+    def delete(self, name: str) -> bool:
+        """Remove a row and its index entry; True if the row existed."""
+        key = self.key(name)
+        try:
+            pipe = self.client.pipeline(transaction=True)
+            pipe.delete(key)
+            pipe.zrem(self.index_key, name)
+            deleted, _ = pipe.execute()
+        except _REDIS_ERRORS as exc:
+            raise self._translate(exc, f"deleting sequence {name!r}", name) from exc
+        self._plans.pop(name, None)
+        with self._seen_lock:
+            self._seen.pop(name, None)
+        return bool(deleted)
+
+    def drop_all(self) -> int:
+        """Delete every row of this store's prefix (tests, maintenance); returns how many."""
+        try:
+            keys = list(self.client.scan_iter(match=f"{{{self.prefix}}}:*", count=500))
+            if keys:
+                self.client.delete(*keys)
+        except _REDIS_ERRORS as exc:
+            raise self._translate(exc, "deleting every sequence", None) from exc
+        self._plans.clear()
+        with self._seen_lock:
+            self._seen.clear()
+        return sum(1 for key in keys if _bytes(key) != self.index_key.encode())
+
+    # reservation -------------------------------------------------------------
+
+    def reserve(self, name: str, count: int) -> Block:
+        key = self.key(name)
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise InvalidSequenceConfig(f"cannot reserve {count!r} values; ask for 1 or more")
+        plan = self._plans.get(name)
+        for _ in range(_MAX_REPLANS):
+            config, raw_settings = plan if plan is not None else (None, [b""] * 4)
+            args: list[bytes | str | int] = [*raw_settings]
+            if config is not None:
+                span = min((count - 1) * config.step, _SPAN_CAP)
+                args += [config.last_value, span, "1" if config.cycle else "0", _now()]
+            else:  # nothing known yet: the script hands the row back
+                args += [0, 0, "0", _now()]
+            try:
+                reply = self._reserve(keys=[key], args=args, client=self.client)
+            except _REDIS_ERRORS as exc:
+                raise self._translate(exc, f"reserving from sequence {name!r}", name) from exc
+            status = _bytes(reply[0])
+            if status == b"ok":
+                raw = dict(zip(_PLAN_FIELDS, raw_settings, strict=True))
+                raw[b"current"] = _bytes(reply[3])
+                raw[b"batch"] = _bytes(reply[5] or b"")
+                raw[b"batch_count"] = _bytes(reply[6] or b"")
+                raw[b"updated_at"] = _bytes(args[-1])
+                row = self._decode(name, raw)
+                self.reservations += 1
+                first, last = int(_bytes(reply[1])), int(_bytes(reply[2]))
+                return Block(name, first, last, row.step, row, cycled=bool(reply[4]))
+            if status == b"stale":
+                plan = self._plan(name, _pairs(reply[1]))
+                continue
+            if status == b"exhausted":
+                assert config is not None
+                raise SequenceExhausted(name, int(_bytes(reply[1])), config.end)
+            if status == b"missing":
+                self._plans.pop(name, None)
+                raise self._missing(name)
+            # invalid: decoding says what is wrong with the stored row
+            self._decode(name, _pairs(reply[1]))
+            raise InvalidSequenceConfig(
+                f"stored sys_sequence row {name!r} in Redis is invalid: current is outside "
+                "[start, end]; fix it with `autoseq set`"
+            )
+        raise ReservationConflict(
+            f"sequence {name!r}: its settings changed {_MAX_REPLANS} times while reserving; "
+            "stop the process rewriting the row",
+            name=name,
+        )
+
+    def _missing(self, name: str) -> SequenceNotFound:
+        seen = self._seen.get(name)
+        if seen is None:
+            return SequenceNotFound(name)
+        return SequenceNotFound(
+            name,
+            f"its row was in Redis earlier (current was {seen}) and is gone: Redis lost "
+            "its data (restart without appendonly?). Recreating it at start would repeat "
+            f"values; recreate it with current >= {seen} (`autoseq set`)",
+        )
+
+    def _plan(self, name: str, raw: Mapping[bytes, bytes]) -> tuple[SequenceConfig, list[bytes]]:
+        row = self._decode(name, raw)
+        plan = (row, [raw[field] for field in _PLAN_FIELDS])
+        self._plans[name] = plan
+        return plan
+
+    def release(self, block: Block) -> bool:
+        key = self.key(block.name)
+        try:
+            released = self._release(
+                keys=[key], args=[block.last + block.step, block.first, _now()], client=self.client
+            )
+        except _REDIS_ERRORS as exc:
+            raise self._translate(exc, f"releasing a block of {block.name!r}", block.name) from exc
+        return bool(released)
+
+    # rows as Redis holds them -------------------------------------------------
+
+    def _decode(self, name: str, raw: Mapping[bytes, bytes]) -> SequenceConfig:
+        def bad(field: str, problem: str) -> InvalidSequenceConfig:
+            return InvalidSequenceConfig(
+                f"stored sys_sequence row {name!r} in Redis is invalid: {field} {problem}; "
+                "fix it with `autoseq set`"
+            )
+
+        values: dict[str, Any] = {"name": name}
+        for field in _INT_FIELDS:
+            value = raw.get(field.encode())
+            if value is None or not _INTEGER.fullmatch(value):
+                raise bad(field, f"is {value!r}, not an integer")
+            values[field] = int(value)
+        for field in ("batch", "cycle"):
+            value = raw.get(field.encode())
+            if value not in _FLAGS:
+                raise bad(field, f"is {value!r}, not 1 or 0")
+            values[field] = _FLAGS[value]
+        stamp = raw.get(b"updated_at")
+        try:
+            values["updated_at"] = datetime.fromisoformat(stamp.decode()) if stamp else None
+        except ValueError:
+            raise bad("updated_at", f"is {stamp!r}, not an ISO 8601 time") from None
+        stored_name = raw.get(b"name")
+        if stored_name is not None and stored_name != name.encode():
+            raise bad("name", f"is {stored_name!r}, not {name!r}")
+        row = SequenceConfig.from_row(values)
+        self._note_seen(row)
+        return row
+
+    def persistence(self) -> dict[str, str]:
+        """The server settings that decide whether rows survive ({} if CONFIG is refused).
+
+        ``appendonly`` and ``appendfsync`` (a restart keeps every acknowledged
+        reservation only with ``yes`` and ``always``) and ``maxmemory-policy``
+        (an ``allkeys-*`` policy may evict a row, which then starts over).
+        """
+        settings: dict[str, str] = {}
+        try:
+            for pattern in ("append*", "maxmemory-policy"):
+                for key, value in self.client.config_get(pattern).items():
+                    settings[_bytes(key).decode()] = _bytes(value).decode()
+        except _REDIS_ERRORS:
+            return {}
+        return settings
+
+    def _warn_if_volatile(self) -> None:
+        if self._warned_volatile:
+            return
+        self._warned_volatile = True
+        settings = self.persistence()
+        if not settings:
+            return
+        if settings.get("appendonly") != "yes" or settings.get("appendfsync") != "always":
+            log.warning(
+                "Redis at %s keeps sequences with appendonly=%s appendfsync=%s: a restart "
+                "can lose reservations and repeat values; set appendonly yes and "
+                "appendfsync always (docs/redis.md)",
+                self._target(),
+                settings.get("appendonly"),
+                settings.get("appendfsync"),
+            )
+        if settings.get("maxmemory-policy", "").startswith("allkeys"):
+            log.warning(
+                "Redis at %s has maxmemory-policy=%s: it may evict a sequence row, which "
+                "would then start over and repeat values; use noeviction (docs/redis.md)",
+                self._target(),
+                settings["maxmemory-policy"],
+            )
+
+    # lifecycle ----------------------------------------------------------------
+
+    def after_fork(self) -> None:
+        # The parent's sockets stay the parent's: a fresh pool with the same
+        # settings, and a client of our own on it (a caller's client is left
+        # to redis-py's own pid check).
+        pool = self.client.connection_pool
+        fresh = redis.ConnectionPool(
+            connection_class=pool.connection_class,
+            max_connections=pool.max_connections,
+            **pool.connection_kwargs,
+        )
+        self.client = redis.Redis(connection_pool=fresh)
+        self._owns_client = True
+
+    def close(self) -> None:
+        if self._owns_client:
+            self.client.close()
+
+
+def _row_args(config: SequenceConfig) -> list[str | int]:
+    row = config.as_row()
+    args: list[str | int] = [config.name]
+    for field in ("start", "end", "step", "current", "batch", "batch_count", "cycle"):
+        value = row[field]
+        args += [field, int(value)]
+    return [*args, "updated_at", _now()]
+
+
+def _bytes(value: Any) -> bytes:
+    # A caller's client may decode replies (decode_responses=True).
+    return value.encode() if isinstance(value, str) else bytes(value)
+
+
+def _pairs(raw: Any) -> dict[bytes, bytes]:
+    """An HGETALL reply (a mapping, or a flat list from a script) with bytes keys and values."""
+    items = raw.items() if isinstance(raw, Mapping) else zip(raw[::2], raw[1::2], strict=True)
+    return {_bytes(key): _bytes(value) for key, value in items}
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat()

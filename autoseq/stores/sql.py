@@ -1,0 +1,538 @@
+"""``SQLStore``: ``sys_sequence`` on SQLAlchemy Core (SQLite, PostgreSQL, MariaDB/MySQL).
+
+A reservation is one short transaction on the store's own engine: lock the
+row (``SELECT ... FOR UPDATE``; ``BEGIN IMMEDIATE`` on SQLite), compute the
+block, ``UPDATE ... WHERE current = <read value>`` and commit, all before a
+value is handed out. The ``current`` guard makes it a compare-and-set too,
+so a database that ignores ``FOR UPDATE`` still cannot hand out a range twice.
+
+SQLite allows one writer per database file. If ``sys_sequence`` lived in the
+application's file, a reservation needed while the application's own
+transaction holds the write lock would wait for that transaction, which waits
+for the value: a deadlock. So on SQLite the table lives in a companion file,
+``<database>.autoseq`` beside it (``ATTACH`` it to query it), and an
+in-memory database gets a private in-memory one.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import socket
+import threading
+import time
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import Connection, Engine, make_url
+from sqlalchemy.engine.url import URL
+from sqlalchemy.exc import DBAPIError, IntegrityError, NoSuchTableError, SQLAlchemyError
+from sqlalchemy.pool import QueuePool
+
+from autoseq.config import NAME_MAX_LENGTH, SequenceConfig, validate_name
+from autoseq.errors import (
+    InvalidSequenceConfig,
+    ReservationConflict,
+    SequenceNotFound,
+    StoreUnavailable,
+)
+from autoseq.stores.base import Block, plan_reservation, reset_after_fork
+
+_TABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+SIDECAR_SUFFIX = ".autoseq"
+
+
+def validate_table_name(table: object) -> str:
+    """Return ``table`` if it is a plain identifier, else raise ``InvalidSequenceConfig``."""
+    if not isinstance(table, str) or not _TABLE_NAME.match(table):
+        raise InvalidSequenceConfig(
+            f"table name {table!r} is not a plain identifier; use letters, digits "
+            "and underscores (at most 63, not starting with a digit)"
+        )
+    return table
+
+
+def sequence_table(name: str = "sys_sequence", metadata: sa.MetaData | None = None) -> sa.Table:
+    """The ``sys_sequence`` table as SQLAlchemy Core sees it (DESIGN.md schema)."""
+    return sa.Table(
+        validate_table_name(name),
+        metadata if metadata is not None else sa.MetaData(),
+        sa.Column("name", sa.String(NAME_MAX_LENGTH), primary_key=True),
+        sa.Column("start", sa.BigInteger, nullable=False),
+        sa.Column("end", sa.BigInteger, nullable=False),
+        sa.Column("step", sa.BigInteger, nullable=False),
+        sa.Column("current", sa.BigInteger, nullable=False),
+        sa.Column("batch", sa.Boolean, nullable=False),
+        sa.Column("batch_count", sa.Integer, nullable=False),
+        sa.Column("cycle", sa.Boolean, nullable=False),
+        sa.Column("updated_at", sa.DateTime(timezone=True), nullable=True),
+    )
+
+
+def store_url(url: URL) -> tuple[URL, bool]:
+    """Where the store keeps its table for an application URL; True when private memory."""
+    if url.get_backend_name() != "sqlite":
+        return url, False
+    database = url.database or ""
+    in_memory = "mode=memory" in database or url.query.get("mode") == "memory"
+    if database in ("", ":memory:") or in_memory:
+        return make_url("sqlite://"), True
+    if database.endswith(SIDECAR_SUFFIX):
+        return url, False
+    return url.set(database=database + SIDECAR_SUFFIX), False
+
+
+class SQLStore:
+    """A :class:`~autoseq.stores.SequenceStore` on any SQLAlchemy Core database.
+
+    ``engine_or_url`` names the application's database; the store opens its
+    own small engine on it, so a reservation never uses (or waits for) one of
+    the application's connections or transactions. ``max_retries`` bounds
+    conflict and deadlock retries; ``connect_timeout`` (seconds) bounds how
+    long an unreachable server may take to fail; ``statement_timeout``
+    (seconds) bounds how long a server that stopped answering on an open
+    connection can hold an operation, and how long a reservation retries;
+    half of it bounds each wait for a row another transaction holds locked.
+    """
+
+    def __init__(
+        self,
+        engine_or_url: Engine | URL | str,
+        table: str = "sys_sequence",
+        *,
+        max_retries: int = 30,
+        connect_timeout: float = 5.0,
+        sqlite_timeout: float = 30.0,
+        statement_timeout: float = 10.0,
+    ) -> None:
+        self.table_name = validate_table_name(table)
+        if isinstance(engine_or_url, Engine):
+            app_url = engine_or_url.url
+        elif isinstance(engine_or_url, (str, URL)):
+            app_url = make_url(engine_or_url)
+        else:
+            raise InvalidSequenceConfig(
+                f"SQLStore needs an Engine or a database URL, got {type(engine_or_url).__name__}"
+            )
+        self.app_url = app_url
+        self.url, private_memory = store_url(app_url)
+        self.max_retries = max_retries
+        self.statement_timeout = statement_timeout
+        self.reservations = 0
+        self.table = sequence_table(self.table_name)
+        self.dialect = self.url.get_backend_name()
+        self._table_ready = False
+        self._sockets: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._watchdog = False
+        self._gate = _ForkGate(sqlite_timeout + 1.0)
+        if self.dialect == "sqlite" and not private_memory:
+            _gated.add(self)
+        self.engine = self._make_engine(private_memory, connect_timeout, sqlite_timeout)
+        reset_after_fork(self)
+
+    # engine ---------------------------------------------------------------
+
+    def _make_engine(
+        self, private_memory: bool, connect_timeout: float, sqlite_timeout: float
+    ) -> Engine:
+        kwargs: dict[str, Any] = {"pool_pre_ping": True}
+        if self.dialect == "sqlite":
+            kwargs = {"connect_args": {"timeout": sqlite_timeout, "check_same_thread": False}}
+            if private_memory:
+                # The database lives only as long as its one connection, and
+                # that connection must serve one thread at a time, or a
+                # prefetch worker's transaction interleaves with a caller's:
+                # a pool of exactly one, lent out in turn.
+                kwargs.update(poolclass=QueuePool, pool_size=1, max_overflow=0, pool_timeout=60)
+        else:
+            kwargs.update(pool_size=2, max_overflow=8, pool_recycle=3600)
+            driver = self.url.get_driver_name()
+            if driver in ("psycopg", "psycopg2", "pymysql", "mysqldb", "mariadbconnector"):
+                kwargs["connect_args"] = {"connect_timeout": max(1, int(connect_timeout))}
+            if driver in ("pymysql", "mysqldb", "mariadbconnector"):
+                timeout = max(1, int(self.statement_timeout))
+                lock_wait = max(1, int(self.statement_timeout / 2))
+                kwargs["connect_args"].update(
+                    read_timeout=timeout,
+                    write_timeout=timeout,
+                    init_command=f"SET SESSION innodb_lock_wait_timeout = {lock_wait}",
+                )
+            else:
+                # No client-side read timeout in libpq: see _deadline().
+                self._watchdog = True
+        engine = sa.create_engine(self.url, **kwargs)
+        if self.dialect == "sqlite":
+            self._sqlite_immediate(engine, private_memory)
+        elif self._watchdog:
+            event.listen(engine, "connect", self._on_connect)
+        return engine
+
+    def _on_connect(self, dbapi_connection: Any, _record: Any) -> None:
+        self._sockets.add(dbapi_connection)
+        if self.dialect == "postgresql":
+            # A row held by a stuck transaction fails the wait cleanly
+            # (retried, then ReservationConflict). A session setting, not a
+            # startup option, so poolers that refuse options still connect.
+            autocommit = dbapi_connection.autocommit
+            dbapi_connection.autocommit = True
+            cursor = dbapi_connection.cursor()
+            cursor.execute(f"SET lock_timeout = {max(1, int(self.statement_timeout * 500))}")
+            cursor.close()
+            dbapi_connection.autocommit = autocommit
+
+    @staticmethod
+    def _sqlite_immediate(engine: Engine, private_memory: bool) -> None:
+        # pysqlite's own transaction handling begins lazily (and deferred);
+        # take the write lock up front so two reservations serialize instead
+        # of failing on a lock upgrade.
+        @event.listens_for(engine, "connect")
+        def _connect(dbapi_connection: Any, _record: Any) -> None:
+            dbapi_connection.isolation_level = None
+            if not private_memory:
+                dbapi_connection.execute("PRAGMA journal_mode=WAL")
+
+        @event.listens_for(engine, "begin")
+        def _begin(connection: Connection) -> None:
+            connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+    @contextmanager
+    def _deadline(self) -> Iterator[None]:
+        """Bound the operation inside to ``statement_timeout`` on drivers without a read timeout.
+
+        A server (or a middlebox) that stops answering on an established
+        connection would block libpq forever, pre-ping included. When the
+        operation overruns, every socket of this store's own pool is shut
+        down: the blocked driver wakes with a disconnect and the caller gets
+        ``StoreUnavailable``. The pool is private to the store, so only its
+        own operations, all equally stuck, are affected.
+        """
+        if not self._watchdog:
+            yield
+            return
+        fired = threading.Event()
+
+        def expire() -> None:
+            fired.set()
+            self._shut_sockets()
+
+        timer = threading.Timer(self.statement_timeout, expire)
+        timer.daemon = True
+        timer.start()
+        try:
+            yield
+        except DBAPIError as exc:
+            if fired.is_set():
+                exc.autoseq_stalled = True  # type: ignore[attr-defined]  # read by _translate
+            raise
+        finally:
+            timer.cancel()
+
+    def _shut_sockets(self) -> None:
+        for dbapi_connection in list(self._sockets):
+            # a connection closed already has nothing to wake
+            with (
+                suppress(Exception),
+                socket.socket(fileno=os.dup(dbapi_connection.fileno())) as sock,
+            ):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Connection]:
+        with self._gate.passage(), self._deadline(), self.engine.begin() as connection:
+            yield connection
+
+    @contextmanager
+    def _connection(self) -> Iterator[Connection]:
+        with self._gate.passage(), self._deadline(), self.engine.connect() as connection:
+            yield connection
+
+    def _translate(self, exc: BaseException, what: str, name: str | None) -> StoreUnavailable:
+        target = self.url.render_as_string(hide_password=True)
+        stalled = (
+            f" (no answer within statement_timeout={self.statement_timeout}s)"
+            if getattr(exc, "autoseq_stalled", False)
+            else ""
+        )
+        error = StoreUnavailable(
+            f"{what} on {target} failed{stalled}: {type(exc).__name__}: {_first_line(exc)}",
+            name=name,
+        )
+        error.__cause__ = exc
+        return error
+
+    # table ----------------------------------------------------------------
+
+    def create_table(self) -> None:
+        """Create ``sys_sequence`` unless it exists (safe when processes race)."""
+        try:
+            with self._gate.passage(), self._deadline():
+                self.table.create(self.engine, checkfirst=True)
+        except SQLAlchemyError as exc:
+            try:
+                with self._deadline():
+                    exists = sa.inspect(self.engine).has_table(self.table_name)
+            except SQLAlchemyError:
+                exists = False
+            if not exists:
+                raise self._translate(exc, "creating the sequence table", None) from exc
+        self._table_ready = True
+
+    def drop_table(self) -> None:
+        """Drop ``sys_sequence`` (tests, ``autoseq`` maintenance)."""
+        self.table.drop(self.engine, checkfirst=True)
+        self._table_ready = False
+
+    def _ensure_table(self) -> None:
+        if not self._table_ready:
+            self.create_table()
+
+    # rows -----------------------------------------------------------------
+
+    def create(self, config: SequenceConfig) -> SequenceConfig:
+        self._ensure_table()
+        row = config.as_row() | {"updated_at": _now()}
+        try:
+            with self._transaction() as connection:
+                connection.execute(sa.insert(self.table).values(row))
+        except IntegrityError:
+            pass  # another process created it first: the stored row wins
+        except DBAPIError as exc:
+            raise self._translate(exc, f"creating sequence {config.name!r}", config.name) from exc
+        stored = self.read(config.name)
+        if stored is None:  # pragma: no cover - deleted between insert and read
+            raise SequenceNotFound(config.name, "it was deleted while being created")
+        return stored
+
+    def read(self, name: str) -> SequenceConfig | None:
+        validate_name(name)
+        try:
+            with self._connection() as connection:
+                row = (
+                    connection.execute(sa.select(self.table).where(self.table.c.name == name))
+                    .mappings()
+                    .first()
+                )
+        except (NoSuchTableError, DBAPIError) as exc:
+            if self._missing_table(exc):
+                return None
+            raise self._translate(exc, f"reading sequence {name!r}", name) from exc
+        return None if row is None else SequenceConfig.from_row(row)
+
+    def read_all(self) -> list[SequenceConfig]:
+        try:
+            with self._connection() as connection:
+                rows = (
+                    connection.execute(sa.select(self.table).order_by(self.table.c.name))
+                    .mappings()
+                    .all()
+                )
+        except (NoSuchTableError, DBAPIError) as exc:
+            if self._missing_table(exc):
+                return []
+            raise self._translate(exc, "reading sequences", None) from exc
+        return [SequenceConfig.from_row(row) for row in rows]
+
+    def update(self, config: SequenceConfig) -> SequenceConfig:
+        row = config.as_row() | {"updated_at": _now()}
+        del row["name"]
+        try:
+            with self._transaction() as connection:
+                result = connection.execute(
+                    sa.update(self.table).where(self.table.c.name == config.name).values(row)
+                )
+        except DBAPIError as exc:
+            raise self._translate(exc, f"updating sequence {config.name!r}", config.name) from exc
+        if result.rowcount != 1:
+            raise SequenceNotFound(config.name)
+        stored = self.read(config.name)
+        assert stored is not None
+        return stored
+
+    def delete(self, name: str) -> bool:
+        """Remove a row; True if it existed."""
+        validate_name(name)
+        with self._transaction() as connection:
+            result = connection.execute(sa.delete(self.table).where(self.table.c.name == name))
+        return bool(result.rowcount)
+
+    # reservation ----------------------------------------------------------
+
+    def reserve(self, name: str, count: int) -> Block:
+        validate_name(name)
+        t = self.table
+        started = time.monotonic()
+        gives_up = started + self.statement_timeout
+        attempts = 0
+        for attempt in range(self.max_retries):
+            attempts += 1
+            try:
+                with self._transaction() as connection:
+                    row = (
+                        connection.execute(sa.select(t).where(t.c.name == name).with_for_update())
+                        .mappings()
+                        .first()
+                    )
+                    if row is None:
+                        raise SequenceNotFound(name)
+                    block, new_current = plan_reservation(SequenceConfig.from_row(row), count)
+                    result = connection.execute(
+                        sa.update(t)
+                        .where(t.c.name == name, t.c.current == row["current"])
+                        .values(current=new_current, updated_at=_now())
+                    )
+                    if result.rowcount != 1:
+                        raise _Conflict
+                self.reservations += 1
+                return block
+            except _Conflict:
+                pass
+            except DBAPIError as exc:
+                if self._missing_table(exc):
+                    raise SequenceNotFound(
+                        name,
+                        "the sequence table does not exist yet; "
+                        "register the sequence or run `autoseq init`",
+                    ) from None
+                late = time.monotonic() > gives_up
+                if not _retryable(exc) or (late and exc.connection_invalidated):
+                    raise self._translate(exc, f"reserving from sequence {name!r}", name) from exc
+                if late:
+                    break
+            time.sleep(min(0.2, 0.001 * 2 ** min(attempt, 8)) * random.random())
+        raise ReservationConflict(
+            f"sequence {name!r}: gave up after {attempts} attempt(s) in "
+            f"{time.monotonic() - started:.1f}s, each colliding with another reservation or "
+            "waiting too long on the row's lock (is a transaction holding it?); raise "
+            "batch_count (fewer, larger reservations) or SQLStore(max_retries=..., "
+            "statement_timeout=...)",
+            name=name,
+        )
+
+    def release(self, block: Block) -> bool:
+        t = self.table
+        try:
+            with self._transaction() as connection:
+                result = connection.execute(
+                    sa.update(t)
+                    .where(t.c.name == block.name, t.c.current == block.last + block.step)
+                    .values(current=block.first, updated_at=_now())
+                )
+        except DBAPIError as exc:
+            raise self._translate(exc, f"releasing a block of {block.name!r}", block.name) from exc
+        return result.rowcount == 1
+
+    def _missing_table(self, exc: BaseException) -> bool:
+        if isinstance(exc, NoSuchTableError):
+            return True
+        text = str(getattr(exc, "orig", exc)).lower()
+        return (
+            "no such table" in text or "does not exist" in text or "doesn't exist" in text
+        ) and self.table_name.lower() in text
+
+    # lifecycle ------------------------------------------------------------
+
+    def after_fork(self) -> None:
+        # Connections belong to the parent; the child opens its own (and
+        # must never shut the parent's sockets down from its watchdog).
+        self._sockets = weakref.WeakSet()
+        self._gate = _ForkGate(self._gate.timeout)
+        self.engine.dispose(close=False)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+
+class _ForkGate:
+    """Lets a fork wait until no thread of this process is inside a SQLite operation.
+
+    SQLite keeps the lock state of each open database file in per-process
+    memory, which a child inherits. Forked while another thread is inside a
+    write transaction, the child believes that transaction still holds the
+    lock and gets "database is locked" on every reservation, forever. So
+    operations pass through the gate; before a fork it is closed (waiting,
+    at most ``timeout`` seconds, for those inside to leave) and reopened in
+    the parent after; the child starts with a new, open gate.
+    """
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self._cond = threading.Condition()
+        self._inside = 0
+
+    @contextmanager
+    def passage(self) -> Iterator[None]:
+        with self._cond:
+            self._inside += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._inside -= 1
+                self._cond.notify_all()
+
+    def close(self) -> None:
+        self._cond.acquire()
+        self._cond.wait_for(lambda: self._inside == 0, self.timeout)
+
+    def reopen(self) -> None:
+        self._cond.release()
+
+
+_gated: weakref.WeakSet[SQLStore] = weakref.WeakSet()
+_closed_at_fork: list[_ForkGate] = []
+
+
+def _close_gates_before_fork() -> None:
+    for store in list(_gated):
+        store._gate.close()
+        _closed_at_fork.append(store._gate)
+
+
+def _reopen_gates_in_parent() -> None:
+    while _closed_at_fork:
+        _closed_at_fork.pop().reopen()
+
+
+def _forget_gates_in_child() -> None:
+    _closed_at_fork.clear()  # SQLStore.after_fork gives each store a new gate
+
+
+os.register_at_fork(
+    before=_close_gates_before_fork,
+    after_in_parent=_reopen_gates_in_parent,
+    after_in_child=_forget_gates_in_child,
+)
+
+
+class _Conflict(Exception):
+    """The row moved between read and write; try again."""
+
+
+def _retryable(exc: DBAPIError) -> bool:
+    # Deadlocks, serialization failures and lock waits are worth another try;
+    # a connection that was dropped is too (pre-ping replaces it).
+    if exc.connection_invalidated:
+        return True
+    orig = exc.orig
+    code = getattr(orig, "sqlstate", None) or ""
+    if code in ("40001", "40P01", "55P03"):
+        return True
+    args = getattr(orig, "args", ())
+    if args and isinstance(args[0], int) and args[0] in (1205, 1213):
+        return True
+    return "database is locked" in str(orig).lower()
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(getattr(exc, "orig", None) or exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
