@@ -1,0 +1,576 @@
+"""SQLAlchemy integration: ``SequenceField`` columns and ``install()``.
+
+Declare the column, call ``install()`` once, and every insert path gets the
+next values of the column's sequence. Where SQLAlchemy 2.x routes each path:
+
+* ``session.add()`` / ``add_all()`` + flush: a ``before_flush`` listener sets
+  the attribute of every pending object that has none, taking one
+  ``next_many`` per sequence per flush, so the ORM inserts known keys.
+* ORM bulk ``session.execute(insert(Order), [dicts])`` (and any statement run
+  through a session): ``do_orm_execute`` adds the missing keys to the
+  parameter dicts before the ORM sees them.
+* Core ``conn.execute(insert(table), [dicts])``: an engine ``before_execute``
+  listener (``retval=True``) fills the parameter dicts, one ``next_many`` per
+  sequence per statement.
+* Anything else that reaches Core without a value (``insert().values(...)``,
+  multi-row VALUES, legacy bulk methods, a connection opened before the engine
+  was watched): the column's own Python default takes ``next()`` per row.
+
+A value the user gave (not ``None``) is always kept. The default store is a
+:class:`~autoseq.stores.SQLStore` on the bind's own database (one registry per
+URL, cached); it commits each block in its own transaction, so a rollback of
+the caller's transaction never hands a value out again.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import Connection, Engine, Result
+from sqlalchemy.engine.default import DefaultExecutionContext
+from sqlalchemy.orm import (
+    MappedColumn,
+    Mapper,
+    ORMExecuteState,
+    Session,
+    UOWTransaction,
+    mapped_column,
+    scoped_session,
+    sessionmaker,
+)
+from sqlalchemy.orm.attributes import instance_state
+from sqlalchemy.sql.dml import Insert
+from sqlalchemy.sql.schema import Column
+
+from autoseq.config import MAX_VALUE, SequenceConfig, validate_name
+from autoseq.errors import AutoseqError, InvalidSequenceConfig, SequenceNotFound
+from autoseq.lock import BufferPolicy, SequenceLock
+from autoseq.registry import SequenceRegistry
+from autoseq.stores.base import SequenceStore
+
+#: Key in ``Column.info`` under which a column's sequence settings travel.
+INFO_KEY = "autoseq"
+
+_RESERVED_KWARGS = (
+    "default",
+    "default_factory",
+    "insert_default",
+    "server_default",
+    "autoincrement",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SequenceSpec:
+    """The sequence settings a column carries in ``Column.info[INFO_KEY]``.
+
+    ``sequence=None`` names the sequence after the column's table, resolved
+    per column, so a mixin's column serves each table from its own sequence.
+    """
+
+    sequence: str | None = None
+    start: int = 1
+    end: int = MAX_VALUE
+    step: int = 1
+    batch: bool = True
+    batch_count: int = 100
+    cycle: bool = False
+
+    def __post_init__(self) -> None:
+        if self.sequence is not None:
+            validate_name(self.sequence)
+        self._config("placeholder")  # refuse bad settings at declaration time
+
+    def _config(self, name: str) -> SequenceConfig:
+        return SequenceConfig(
+            name,
+            start=self.start,
+            end=self.end,
+            step=self.step,
+            batch=self.batch,
+            batch_count=self.batch_count,
+            cycle=self.cycle,
+        )
+
+    def config_for(self, column: Column[Any]) -> SequenceConfig:
+        """The ``sys_sequence`` row this column's values come from."""
+        if self.sequence is not None:
+            return self._config(self.sequence)
+        table = getattr(column, "table", None)
+        if table is None:
+            raise InvalidSequenceConfig(
+                f"column {column.key!r} is not attached to a table, so its sequence "
+                "cannot default to the table name; pass sequence='name'"
+            )
+        return self._config(str(table.name))
+
+
+def SequenceField(
+    sequence: str | None = None,
+    *,
+    start: int = 1,
+    end: int = MAX_VALUE,
+    step: int = 1,
+    batch: bool = True,
+    batch_count: int = 100,
+    cycle: bool = False,
+    **mapped_column_kwargs: Any,
+) -> MappedColumn[Any]:
+    """A ``BigInteger`` mapped column filled from sequence ``sequence`` (default: the table).
+
+    The remaining keyword arguments go to ``mapped_column`` (``primary_key``,
+    ``unique``, ``index``, ``nullable``...). The column gets no database-side
+    autoincrement: values always come from the sequence or from the user.
+    """
+    spec = SequenceSpec(sequence, start, end, step, batch, batch_count, cycle)
+    return mapped_column(sa.BigInteger, **_column_kwargs(spec, mapped_column_kwargs))
+
+
+def sequence_column(
+    name: str,
+    sequence: str | None = None,
+    *,
+    start: int = 1,
+    end: int = MAX_VALUE,
+    step: int = 1,
+    batch: bool = True,
+    batch_count: int = 100,
+    cycle: bool = False,
+    **column_kwargs: Any,
+) -> Column[int]:
+    """The Core counterpart of ``SequenceField``: ``Table("orders", md, sequence_column("id"))``."""
+    spec = SequenceSpec(sequence, start, end, step, batch, batch_count, cycle)
+    return Column(name, sa.BigInteger, **_column_kwargs(spec, column_kwargs))
+
+
+def _column_kwargs(spec: SequenceSpec, kwargs: dict[str, Any]) -> dict[str, Any]:
+    clash = [key for key in _RESERVED_KWARGS if key in kwargs]
+    if clash:
+        raise InvalidSequenceConfig(
+            f"a sequence column sets {', '.join(clash)} itself (values come from the "
+            "sequence); remove the argument (with MappedAsDataclass, pass init=False)"
+        )
+    kwargs = dict(kwargs)
+    kwargs["info"] = {**kwargs.get("info", {}), INFO_KEY: spec}
+    kwargs.setdefault("nullable", False)
+    kwargs["autoincrement"] = False
+    kwargs["insert_default"] = _column_default
+    return kwargs
+
+
+def sequence_spec(column: Any) -> SequenceSpec | None:
+    """The ``SequenceSpec`` a column carries, or ``None`` for an ordinary column."""
+    info = getattr(column, "info", None)
+    spec = info.get(INFO_KEY) if info else None
+    return spec if isinstance(spec, SequenceSpec) else None
+
+
+# registries -----------------------------------------------------------------
+
+_defaults: dict[tuple[str, BufferPolicy | None], SequenceRegistry] = {}
+_defaults_guard = threading.Lock()
+
+
+def default_registry(
+    bind: Engine | Connection, policy: BufferPolicy | None = None
+) -> SequenceRegistry:
+    """The registry on ``SQLStore(<bind's engine>)``: one per database URL, cached."""
+    from autoseq.stores.sql import SQLStore
+
+    engine = _engine_of(bind)
+    key = (engine.url.render_as_string(hide_password=False), policy)
+    registry = _defaults.get(key)
+    if registry is not None:
+        return registry
+    with _defaults_guard:
+        registry = _defaults.get(key)
+        if registry is None:
+            registry = SequenceRegistry(SQLStore(engine), policy=policy)
+            _defaults[key] = registry
+        return registry
+
+
+def close_registries() -> None:
+    """Close every cached default registry (hands unused tails back); at shutdown, in tests."""
+    with _defaults_guard:
+        registries = list(_defaults.values())
+        _defaults.clear()
+    for registry in registries:
+        registry.close()
+
+
+class _Installation:
+    """What one ``install()`` call decided: which store, auto-creation, buffering."""
+
+    def __init__(
+        self,
+        store: SequenceStore | None,
+        registry: SequenceRegistry | None,
+        auto_create: bool,
+        policy: BufferPolicy | None,
+    ) -> None:
+        if store is not None and registry is not None:
+            raise InvalidSequenceConfig(
+                "install() takes store= or registry=, not both (a registry has its store)"
+            )
+        if registry is None and store is not None:
+            registry = SequenceRegistry(store, policy=policy)
+        self.registry = registry
+        self.auto_create = auto_create
+        self.policy = policy
+
+    def registry_for(self, bind: Engine | Connection) -> SequenceRegistry:
+        return self.registry or default_registry(bind, self.policy)
+
+    def lock_for(self, bind: Engine | Connection, column: Column[Any]) -> SequenceLock:
+        spec = sequence_spec(column)
+        assert spec is not None
+        config = spec.config_for(column)
+        registry = self.registry_for(bind)
+        if self.auto_create and registry.auto_create:
+            return registry.register(config)  # the field's settings, not the registry's defaults
+        try:
+            return registry.get(config.name)  # reads first: no failed INSERT in server logs
+        except SequenceNotFound:
+            if not self.auto_create:
+                raise SequenceNotFound(
+                    config.name,
+                    f"column {column.table.name}.{column.key} uses it and install() was "
+                    f"called with auto_create=False; create it (`autoseq create {config.name}`)",
+                ) from None
+            return registry.register(config)
+
+
+# which installation covers a session, a connection, an engine ------------------
+
+_class_installs: weakref.WeakKeyDictionary[type, _Installation] = weakref.WeakKeyDictionary()
+_engine_installs: weakref.WeakKeyDictionary[Engine, _Installation] = weakref.WeakKeyDictionary()
+_connection_installs: weakref.WeakKeyDictionary[Connection, _Installation] = (
+    weakref.WeakKeyDictionary()
+)
+_listening = False
+_install_guard = threading.Lock()
+
+
+def install(
+    target: Any,
+    *,
+    store: SequenceStore | None = None,
+    registry: SequenceRegistry | None = None,
+    auto_create: bool = True,
+    policy: BufferPolicy | None = None,
+) -> None:
+    """Give every insert under ``target`` values for its sequence columns.
+
+    ``target``: the ``Session`` class (every session, and Core on any engine),
+    a ``Session`` subclass, a ``sessionmaker`` (its sessions, and its bound
+    engine), a ``scoped_session``, or an ``Engine`` (Core on it, and sessions
+    bound to it). The most specific installation wins: session class or
+    maker, then engine, then ``Session``. ``store`` / ``registry`` default to
+    ``SQLStore`` on the bind's database; ``auto_create=False`` makes a missing
+    ``sys_sequence`` row raise ``SequenceNotFound`` instead of creating it.
+    Installing the same target again replaces its settings.
+    """
+    installation = _Installation(store, registry, auto_create, policy)
+    _listen_once()
+    if isinstance(target, scoped_session):
+        target = target.session_factory
+    if isinstance(target, sessionmaker):
+        _class_installs[target.class_] = installation
+        bind = target.kw.get("bind")
+        if isinstance(bind, (Engine, Connection)):
+            engine = _engine_of(bind)
+            _engine_installs.setdefault(engine, installation)
+            _watch_engine(engine)
+    elif isinstance(target, type) and issubclass(target, Session):
+        _class_installs[target] = installation
+    elif isinstance(target, (Engine, Connection)) or hasattr(target, "sync_engine"):
+        engine = _engine_of(getattr(target, "sync_engine", target))
+        _engine_installs[engine] = installation
+        _watch_engine(engine)
+    else:
+        raise InvalidSequenceConfig(
+            f"install() needs the Session class, a sessionmaker, a scoped_session or an "
+            f"Engine, got {type(target).__name__}"
+        )
+
+
+def uninstall(target: Any) -> None:
+    """Undo ``install(target)`` (listeners stay, but no longer cover ``target``)."""
+    if isinstance(target, scoped_session):
+        target = target.session_factory
+    if isinstance(target, sessionmaker):
+        installation = _class_installs.pop(target.class_, None)
+        bind = target.kw.get("bind")
+        if isinstance(bind, (Engine, Connection)):
+            engine = _engine_of(bind)
+            if installation is not None and _engine_installs.get(engine) is installation:
+                del _engine_installs[engine]
+    elif isinstance(target, type):
+        _class_installs.pop(target, None)
+    else:
+        _engine_installs.pop(_engine_of(getattr(target, "sync_engine", target)), None)
+
+
+def get_registry(target: Session | Engine | Connection) -> SequenceRegistry:
+    """The registry that serves inserts under ``target`` (to read ``stats()``, count...)."""
+    if isinstance(target, Session):
+        engine = _engine_of(target.get_bind())
+        installation = _for_session(target, engine)
+    else:
+        engine = _engine_of(target)
+        installation = _for_engine(engine, None)
+    if installation is None:
+        raise AutoseqError(f"no install() covers {engine!r}; call autoseq.sqlalchemy.install()")
+    return installation.registry_for(engine)
+
+
+def _engine_of(bind: Any) -> Engine:
+    engine = bind.engine if isinstance(bind, Connection) else bind
+    # Engine.execution_options() makes a proxy that shares the engine's events.
+    proxied: Engine = getattr(engine, "_proxied", engine)
+    return proxied
+
+
+def _for_session(session: Session, engine: Engine) -> _Installation | None:
+    for cls in type(session).__mro__:
+        if cls is Session:
+            break
+        installation = _class_installs.get(cls)
+        if installation is not None:
+            return installation
+    return _engine_installs.get(engine) or _class_installs.get(Session)
+
+
+def _for_engine(engine: Engine, connection: Connection | None) -> _Installation | None:
+    installation = _connection_installs.get(connection) if connection is not None else None
+    return installation or _engine_installs.get(engine) or _class_installs.get(Session)
+
+
+def _listen_once() -> None:
+    global _listening
+    with _install_guard:
+        if _listening:
+            return
+        event.listen(Session, "before_flush", _before_flush)
+        event.listen(Session, "do_orm_execute", _do_orm_execute)
+        event.listen(Session, "after_begin", _after_begin)
+        _listening = True
+
+
+def _watch_engine(engine: Engine) -> None:
+    if not event.contains(engine, "before_execute", _before_execute):
+        event.listen(engine, "before_execute", _before_execute, retval=True)
+
+
+# what a statement or a mapper needs ---------------------------------------------
+
+_Target = tuple[str, Column[Any]]  # (parameter key, sequence column)
+
+
+def _mapper_targets(mapper: Mapper[Any]) -> list[_Target]:
+    targets: list[_Target] = []
+    for prop in mapper.column_attrs:
+        for column in prop.columns:
+            if isinstance(column, Column) and sequence_spec(column) is not None:
+                targets.append((prop.key, column))
+                break
+    return targets
+
+
+def _table_targets(table: Any) -> list[_Target]:
+    return [
+        (column.key, column)
+        for column in getattr(table, "columns", ())
+        if isinstance(column, Column) and sequence_spec(column) is not None
+    ]
+
+
+def _given_by_values(statement: Insert, key: str, column: Column[Any]) -> bool:
+    values: Mapping[Any, Any] = statement._values or {}
+    for given in values:
+        if isinstance(given, str):
+            if given == key:
+                return True
+        elif given is column or getattr(given, "key", None) == key:
+            return True
+    return False
+
+
+def _fill(
+    rows: Sequence[Mapping[str, Any]],
+    targets: list[_Target],
+    lock_of: Callable[[Column[Any]], SequenceLock],
+) -> list[dict[str, Any]] | None:
+    """Rows with every missing sequence value filled in, or None when none was missing."""
+    out: list[dict[str, Any]] | None = None
+    for key, column in targets:
+        missing = []
+        for i, row in enumerate(rows):
+            value = row.get(key)
+            if value is None:
+                missing.append(i)
+            else:
+                _check_explicit(value, column)
+        if not missing:
+            continue
+        if out is None:
+            out = [dict(row) for row in rows]
+        values = lock_of(column).next_many(len(missing))
+        for i, value in zip(missing, values, strict=True):
+            out[i][key] = value
+    return out
+
+
+def _check_explicit(value: object, column: Column[Any]) -> None:
+    """Refuse an explicit key that is not an int before it reaches the database.
+
+    Databases would store ``'abc'`` (SQLite) or round ``1.5`` up to a value
+    the sequence will hand out later (PostgreSQL).
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidSequenceConfig(
+            f"explicit value for {column.table.name}.{column.name} must be an int, got "
+            f"{type(value).__name__} {value!r}; leave it unset (None) to take the next value"
+        )
+
+
+# listeners --------------------------------------------------------------------
+
+
+def _before_flush(session: Session, _flush: UOWTransaction, _instances: object) -> None:
+    wanted: dict[int, tuple[SequenceLock, list[tuple[object, str]]]] = {}
+    binds: dict[Mapper[Any], tuple[Engine, _Installation | None]] = {}
+    # Resolved once per flush, on the first row that needs a value: building
+    # the config and looking the lock up per row would cost every add_all.
+    locks: dict[tuple[Mapper[Any], str], SequenceLock] = {}
+    pending = sorted(
+        ((instance_state(obj), obj) for obj in session.new),
+        key=lambda pair: pair[0].insert_order or 0,
+    )
+    for state, obj in pending:
+        mapper = state.mapper
+        targets = _mapper_targets(mapper)
+        if not targets:
+            continue
+        if mapper not in binds:
+            engine = _engine_of(session.get_bind(mapper=mapper))
+            binds[mapper] = (engine, _for_session(session, engine))
+        engine, installation = binds[mapper]
+        if installation is None:
+            continue  # not ours to fill; the column default will say so
+        for key, column in targets:
+            if state.dict.get(key) is not None:
+                _check_explicit(state.dict[key], column)
+                continue
+            lock = locks.get((mapper, key))
+            if lock is None:
+                lock = locks[mapper, key] = installation.lock_for(engine, column)
+            wanted.setdefault(id(lock), (lock, []))[1].append((obj, key))
+    for lock, slots in wanted.values():
+        for (obj, key), value in zip(slots, lock.next_many(len(slots)), strict=True):
+            setattr(obj, key, value)
+
+
+def _do_orm_execute(state: ORMExecuteState) -> Result[Any] | None:
+    statement = state.statement
+    if not isinstance(statement, Insert) or not state.parameters:
+        return None
+    if statement._multi_values or statement._select_names:
+        return None
+    mapper = state.bind_mapper if state.is_orm_statement else None
+    targets = _mapper_targets(mapper) if mapper is not None else _table_targets(statement.table)
+    targets = [t for t in targets if not _given_by_values(statement, *t)]
+    if not targets:
+        return None
+    engine = _engine_of(state.session.get_bind(mapper=mapper, clause=statement))
+    installation = _for_session(state.session, engine)
+    if installation is None:
+        return None
+    parameters: Any = state.parameters
+    many = isinstance(parameters, list)
+    rows: list[Mapping[str, Any]] = list(parameters) if many else [parameters]
+    filled = _fill(rows, targets, lambda column: installation.lock_for(engine, column))
+    if filled is None:
+        return None
+    return state.invoke_statement(params=filled if many else filled[0])
+
+
+def _after_begin(session: Session, _transaction: object, connection: Connection) -> None:
+    installation = _for_session(session, _engine_of(connection))
+    if installation is not None:
+        # Core statements on the session's connection use the session's store.
+        _connection_installs[connection] = installation
+        _watch_engine(_engine_of(connection))
+
+
+def _before_execute(
+    connection: Connection,
+    statement: Any,
+    multiparams: list[dict[str, Any]],
+    params: dict[str, Any],
+    _options: object,
+) -> tuple[Any, list[dict[str, Any]], dict[str, Any]]:
+    if not isinstance(statement, Insert) or not (multiparams or params):
+        return statement, multiparams, params
+    if statement._multi_values or statement._select_names:
+        return statement, multiparams, params
+    targets = [t for t in _table_targets(statement.table) if not _given_by_values(statement, *t)]
+    if not targets:
+        return statement, multiparams, params
+    engine = _engine_of(connection)
+    installation = _for_engine(engine, connection)
+    if installation is None:
+        return statement, multiparams, params
+    rows = multiparams or [params]
+    filled = _fill(rows, targets, lambda column: installation.lock_for(connection, column))
+    if filled is None:
+        return statement, multiparams, params
+    return (statement, filled, {}) if multiparams else (statement, [], filled[0])
+
+
+def _column_default(context: DefaultExecutionContext) -> int:
+    """Python-side default of every sequence column: ``next()`` for one row."""
+    column: Any = context.current_column
+    if getattr(column, "_is_multiparam_column", False):
+        column = column.original
+    connection = context.root_connection
+    engine = _engine_of(connection)
+    installation = _for_engine(engine, connection)
+    if installation is None:
+        raise AutoseqError(
+            f"column {column.table.name}.{column.key} takes its values from a sequence, "
+            "but no install() covers this engine; call autoseq.sqlalchemy.install(Session) "
+            "or install(engine) at start-up"
+        )
+    _watch_engine(engine)  # later multi-row statements get one next_many each
+    return installation.lock_for(connection, column).next()
+
+
+def _forget_after_fork() -> None:
+    global _defaults_guard, _install_guard
+    _defaults_guard = threading.Lock()
+    _install_guard = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
+
+__all__ = [
+    "INFO_KEY",
+    "SequenceField",
+    "SequenceSpec",
+    "close_registries",
+    "default_registry",
+    "get_registry",
+    "install",
+    "sequence_column",
+    "sequence_spec",
+    "uninstall",
+]
