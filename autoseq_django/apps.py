@@ -1,0 +1,57 @@
+"""The app config: wires checks and signals; never touches a database in ``ready()``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.apps import AppConfig
+from django.core.signals import request_started, setting_changed
+from django.db.backends.signals import connection_created
+
+
+class AutoseqConfig(AppConfig):
+    """``"autoseq_django"`` in ``INSTALLED_APPS``; its label is ``autoseq``."""
+
+    name = "autoseq_django"
+    label = "autoseq"
+    verbose_name = "Sequences"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from django.core.exceptions import ImproperlyConfigured
+
+        from autoseq_django import checks, conf  # noqa: F401 - registers the checks
+
+        setting_changed.connect(_settings_changed, dispatch_uid="autoseq-settings")
+        connection_created.connect(_connection_created, dispatch_uid="autoseq-nodb")
+        try:
+            preload = conf.get().preload
+        except ImproperlyConfigured:
+            return  # check autoseq.E008 says what is wrong; the first use raises it
+        if preload:
+            request_started.connect(_preload_once, dispatch_uid="autoseq-preload")
+
+
+def _settings_changed(setting: str, **kwargs: Any) -> None:
+    if setting in ("AUTOSEQ", "DATABASES", "DATABASE_ROUTERS"):
+        from autoseq_django import conf, sequences
+
+        conf.reset()
+        sequences.reset()
+
+
+def _connection_created(connection: Any, **kwargs: Any) -> None:
+    from django.db.backends.base.base import NO_DB_ALIAS
+
+    if connection.alias == NO_DB_ALIAS:
+        # Django is about to create or drop a (test) database: let go of ours.
+        from autoseq_django import sequences
+
+        sequences.disconnect_servers()
+
+
+def _preload_once(**kwargs: Any) -> None:
+    from autoseq_django import preload
+
+    request_started.disconnect(dispatch_uid="autoseq-preload")
+    preload()

@@ -1,0 +1,116 @@
+"""System checks of the ``AUTOSEQ`` setting and of the sequences as a whole.
+
+Field-level problems (``autoseq.E001``-``E007``) are checked by
+``SequenceField.check``; these look across settings, routers and models.
+None of them touches a database.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from django.apps import apps
+from django.conf import settings
+from django.core import checks
+from django.core.exceptions import ImproperlyConfigured
+from django.db import connections, router
+
+from autoseq_django import conf, sequences
+from autoseq_django.fields import SequenceField, sequence_fields
+
+COMPANION_HINT = (
+    "Add DATABASES['autoseq'] = autoseq_django.sqlite_companion(DATABASES['default']), "
+    "AUTOSEQ = {'DATABASE': 'autoseq'} and DATABASE_ROUTERS = "
+    "['autoseq_django.routers.SequenceRouter'] (see the autoseq_django docstring)."
+)
+
+
+def _all_sequence_fields(app_configs: Any = None) -> list[SequenceField]:
+    if app_configs is None:
+        models = apps.get_models()
+    else:
+        models = [model for config in app_configs for model in config.get_models()]
+    return [field for model in models if not model._meta.proxy for field in sequence_fields(model)]
+
+
+@checks.register(checks.Tags.models)
+def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """``AUTOSEQ`` is valid, routed, and every sequence database can be reached."""
+    try:
+        current = conf.parse(getattr(settings, "AUTOSEQ", None))
+    except ImproperlyConfigured as exc:
+        return [
+            checks.Error(str(exc), hint="Fix settings.AUTOSEQ.", id="autoseq.E008"),
+        ]
+    errors: list[checks.CheckMessage] = []
+    from autoseq_django.models import SysSequence
+
+    if current.database and router.db_for_write(SysSequence) != current.database:
+        errors.append(
+            checks.Error(
+                f"AUTOSEQ['DATABASE'] is {current.database!r} but SysSequence is routed to "
+                f"{router.db_for_write(SysSequence)!r}: the admin would show another table.",
+                hint="Add 'autoseq_django.routers.SequenceRouter' to DATABASE_ROUTERS.",
+                id="autoseq.E010",
+            )
+        )
+    holders = {sequences.sequence_database(alias) for alias in settings.DATABASES}
+    for alias in sorted(holders):
+        try:
+            sequences.database_url(alias)
+        except ImproperlyConfigured as exc:
+            errors.append(checks.Error(str(exc), id="autoseq.E011"))
+    return errors
+
+
+@checks.register(checks.Tags.models)
+def check_shared_sequences(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """Fields that share a sequence name do not ask for different settings."""
+    by_name: dict[str, list[SequenceField]] = defaultdict(list)
+    for field in _all_sequence_fields(app_configs):
+        by_name[field.sequence_name].append(field)
+    errors: list[checks.CheckMessage] = []
+    for name, fields in sorted(by_name.items()):
+        first = fields[0]
+        for other in fields[1:]:
+            keys = set(first.sequence_options) | set(other.sequence_options)
+            differ = sorted(
+                k for k in keys if first.sequence_options.get(k) != other.sequence_options.get(k)
+            )
+            if differ:
+                errors.append(
+                    checks.Error(
+                        f"Sequence {name!r} is used by {first.model._meta.label}.{first.name} "
+                        f"and {other.model._meta.label}.{other.name} with different "
+                        f"{', '.join(differ)}; only one row can exist.",
+                        hint="Give both fields the same settings, or different sequence names.",
+                        obj=other,
+                        id="autoseq.E009",
+                    )
+                )
+    return errors
+
+
+@checks.register(checks.Tags.models)
+def check_sqlite_admin(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """On a SQLite file, SysSequence queries should read the companion file the store uses."""
+    if not _all_sequence_fields(app_configs):
+        return []
+    from autoseq_django.models import SysSequence
+
+    alias = router.db_for_read(SysSequence)
+    connection = connections[alias]
+    if connection.vendor != "sqlite":
+        return []
+    name = str(connection.settings_dict.get("NAME") or "")
+    if sequences.sqlite_in_memory(name) or name.endswith(".autoseq"):
+        return []
+    return [
+        checks.Warning(
+            f"The sequences of SQLite database {alias!r} live in {name}.autoseq (SQLite has "
+            f"one writer per file), but SysSequence and its admin read {alias!r}.",
+            hint=COMPANION_HINT,
+            id="autoseq.W001",
+        )
+    ]

@@ -1,0 +1,334 @@
+"""``SequenceField``: a ``BigIntegerField`` whose value comes from a named sequence.
+
+Values are taken when a row is inserted, never when an instance is built:
+the field hands the INSERT compiler a placeholder, and the first one an
+INSERT statement meets takes values for all its rows with one ``next_many``,
+from the sequence database of the connection running it (``using=`` and
+routers are respected). For a primary key, ``bulk_create()`` goes further:
+its rows are prepared together, so the whole bulk is served at once (one
+reservation, rounded up to whole blocks) and, the keys being known, without
+RETURNING. Values a user set are kept; raw saves (``loaddata``) keep theirs
+and get one only when empty.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from django.core import checks
+from django.db import models
+from django.db.models.fields import NOT_PROVIDED
+from django.db.models.signals import pre_save
+
+from autoseq import InvalidSequenceConfig, SequenceConfig
+from autoseq.config import MAX_VALUE
+from autoseq_django import conf, sequences
+
+if TYPE_CHECKING:
+    from django.db.backends.base.base import BaseDatabaseWrapper
+    from django.forms import Field as FormField
+
+    _BigIntegerField = models.BigIntegerField[int | None, int]
+else:
+    _BigIntegerField = models.BigIntegerField
+
+#: The sequence settings a field accepts, besides the sequence name.
+SEQUENCE_OPTIONS = ("start", "end", "step", "batch", "batch_count", "cycle")
+_CONFIG_DEFAULTS = {
+    f.name: f.default for f in dataclasses.fields(SequenceConfig) if f.name in SEQUENCE_OPTIONS
+}
+
+
+class _Unfilled:
+    """What an unsaved key holds between ``bulk_create()``'s preparation and its INSERT.
+
+    ``get_pk_value_on_save`` puts one of these (shared by every instance a
+    thread prepares until the first INSERT) in the key, so Django treats the
+    rows as keyed and needs no RETURNING; the first INSERT statement then
+    takes values for all of them at once (one ``next_many`` for the whole
+    bulk, however Django splits it into statements).
+    """
+
+    __slots__ = ("field", "filled", "instances")
+    contains_column_references = False
+    contains_aggregate = False
+    contains_over_clause = False
+
+    def __init__(self, field: SequenceField) -> None:
+        self.field = field
+        self.filled = False
+        self.instances: list[models.Model] = []
+
+    def __repr__(self) -> str:
+        return f"<{self.field.sequence_name} value taken on insert>"
+
+    def resolve_expression(self, *args: Any, **kwargs: Any) -> _Unfilled:
+        return self
+
+    def as_sql(self, *args: Any, **kwargs: Any) -> Any:
+        # Only an INSERT takes values (see SequenceField.pre_save); anything
+        # else, say save(update_fields=...) on an unsaved instance, has no key.
+        raise ValueError(
+            f"{self.field.model._meta.label}.{self.field.name} has no value yet: a sequence "
+            "value is taken when the row is inserted; save() it without update_fields first"
+        )
+
+
+class _Pending:
+    """The INSERT compiler's view of one missing value; resolved per statement."""
+
+    __slots__ = ("field", "instance", "objs", "unfilled")
+    contains_column_references = False
+    contains_aggregate = False
+    contains_over_clause = False
+
+    def __init__(
+        self,
+        field: SequenceField,
+        instance: models.Model,
+        unfilled: _Unfilled | None,
+        objs: Sequence[Any] = (),
+    ) -> None:
+        self.field = field
+        self.instance = instance
+        self.unfilled = unfilled
+        self.objs = objs
+
+    def resolve_expression(self, query: Any = None, *args: Any, **kwargs: Any) -> _Pending:
+        # The compiler passes its InsertQuery: its objs are every row of the
+        # statement, so the whole statement is served by one next_many().
+        objs = getattr(query, "objs", None) or (self.instance,)
+        return _Pending(self.field, self.instance, self.unfilled, objs)
+
+
+_preparing = threading.local()
+
+
+class SequenceField(_BigIntegerField):
+    """An integer column (or primary key) filled from sequence ``sequence`` on insert.
+
+    ``sequence`` defaults to the model's ``db_table``. ``start``, ``end``,
+    ``step``, ``batch``, ``batch_count`` and ``cycle`` are the settings of a
+    row created on first use; unset ones come from ``AUTOSEQ["DEFAULTS"]``,
+    then from :class:`autoseq.SequenceConfig`. A stored row wins over them.
+    """
+
+    description = "Integer taken from a named sequence in sys_sequence"
+
+    def __init__(
+        self,
+        *args: Any,
+        sequence: str | None = None,
+        start: int | None = None,
+        end: int | None = None,
+        step: int | None = None,
+        batch: bool | None = None,
+        batch_count: int | None = None,
+        cycle: bool | None = None,
+        **kwargs: Any,
+    ) -> None:
+        kwargs.setdefault("blank", True)  # filled on insert, so forms may leave it empty
+        self.sequence = sequence
+        self.sequence_options: dict[str, Any] = {
+            key: value
+            for key, value in zip(
+                SEQUENCE_OPTIONS, (start, end, step, batch, batch_count, cycle), strict=True
+            )
+            if value is not None
+        }
+        self._config: tuple[conf.AutoseqSettings, SequenceConfig] | None = None
+        super().__init__(*args, **kwargs)
+
+    # what the sequence is -----------------------------------------------------
+
+    @property
+    def sequence_name(self) -> str:
+        """The sequence's name: ``sequence`` or the model's ``db_table``."""
+        return self.sequence or self.model._meta.db_table
+
+    @property
+    def sequence_config(self) -> SequenceConfig:
+        """The config a missing row is created from (field arguments over defaults)."""
+        settings = conf.get()
+        cached = self._config
+        if cached is None or cached[0] is not settings:
+            cached = (
+                settings,
+                settings.sequence_config(self.sequence_name, **self.sequence_options),
+            )
+            self._config = cached
+        return cached[1]
+
+    def take(self, using: str, count: int = 1) -> list[int]:
+        """``count`` values for rows written to database ``using``."""
+        lock = sequences.lock(self.sequence_config, using)
+        return [lock.next()] if count == 1 else lock.next_many(count)
+
+    # Django hooks ---------------------------------------------------------------
+
+    def db_type(self, connection: BaseDatabaseWrapper) -> str | None:
+        if self.primary_key and connection.vendor == "sqlite":
+            # "integer primary key" makes the key SQLite's rowid (64-bit):
+            # one B-tree per row instead of a table plus a unique index.
+            return "integer"
+        return super().db_type(connection)
+
+    def has_default(self) -> bool:
+        # A key is taken on insert, so a new instance is inserted straight
+        # away (no UPDATE probe first), as Django does for keys with defaults.
+        return bool(self.primary_key) or super().has_default()
+
+    def get_default(self) -> Any:
+        if self.primary_key and self.default is NOT_PROVIDED:
+            return None
+        return super().get_default()
+
+    def get_pk_value_on_save(self, instance: models.Model) -> Any:
+        # A stand-in shared by the instances prepared together (bulk_create
+        # calls this for each one before any INSERT); see _Unfilled.
+        try:
+            open_: dict[int, _Unfilled] = _preparing.unfilled
+        except AttributeError:
+            open_ = _preparing.unfilled = {}
+        unfilled = open_.get(id(self))  # by id: Field.__hash__ is slow, this runs per row
+        if unfilled is None or unfilled.filled:
+            unfilled = open_[id(self)] = _Unfilled(self)
+        unfilled.instances.append(instance)
+        return unfilled
+
+    def pre_save(self, model_instance: models.Model, add: bool) -> Any:
+        value = getattr(model_instance, self.attname)
+        if add and (value is None or type(value) is _Unfilled):
+            return _Pending(self, model_instance, value)
+        return value
+
+    def get_db_prep_save(self, value: Any, connection: BaseDatabaseWrapper) -> Any:
+        if type(value) is int:  # the common case in a bulk: skip the generic chain
+            return connection.ops.adapt_integerfield_value(value, "BigIntegerField")
+        if isinstance(value, _Pending):
+            self._fill(value, connection.alias)
+            value = getattr(value.instance, self.attname)
+        return super().get_db_prep_save(value, connection)
+
+    def _fill(self, pending: _Pending, using: str) -> None:
+        """Values for every row prepared with ``pending`` and every empty row of its statement."""
+        attname = self.attname
+        missing: list[models.Model] = []
+        unfilled = pending.unfilled
+        if unfilled is not None and not unfilled.filled:
+            missing = [obj for obj in unfilled.instances if getattr(obj, attname) is unfilled]
+            unfilled.filled = True
+            unfilled.instances = []
+        seen = {id(obj) for obj in missing}
+        for obj in pending.objs or (pending.instance,):
+            value = getattr(obj, attname)
+            if (value is None or type(value) is _Unfilled) and id(obj) not in seen:
+                missing.append(obj)
+        if missing:
+            for obj, value in zip(missing, self.take(using, len(missing)), strict=True):
+                setattr(obj, attname, value)
+
+    def contribute_to_class(
+        self, cls: type[models.Model], name: str, private_only: bool = False
+    ) -> None:
+        super().contribute_to_class(cls, name, private_only=private_only)
+        if not cls._meta.abstract:
+            pre_save.connect(_fill_raw_saves, sender=cls, dispatch_uid="autoseq-raw-saves")
+
+    def formfield(self, **kwargs: Any) -> FormField | None:
+        if self.primary_key:
+            return None  # like AutoField: filled on insert, never typed in
+        return super().formfield(**kwargs)
+
+    def deconstruct(self) -> Any:
+        name, path, args, kwargs = super().deconstruct()
+        if kwargs.get("blank") is True:
+            del kwargs["blank"]
+        elif not self.blank:
+            kwargs["blank"] = False
+        if self.sequence is not None:
+            kwargs["sequence"] = self.sequence
+        kwargs.update(self.sequence_options)
+        return name, path, args, kwargs
+
+    # system checks --------------------------------------------------------------
+
+    def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
+        return [*super().check(**kwargs), *self._check_sequence()]
+
+    def _check_sequence(self) -> list[checks.CheckMessage]:
+        try:
+            defaults = conf.get().defaults
+        except Exception:  # noqa: BLE001 - the settings check reports it
+            defaults = {}
+        merged = {
+            **_CONFIG_DEFAULTS,
+            **defaults,
+            **self.sequence_options,
+        }
+        errors: list[checks.CheckMessage] = []
+
+        def error(code: str, message: str, hint: str) -> None:
+            errors.append(checks.Error(message, hint=hint, obj=self, id=f"autoseq.{code}"))
+
+        step, start, end = merged["step"], merged["start"], merged["end"]
+        batch_count = merged["batch_count"]
+        if not isinstance(step, int) or step < 1:
+            error("E001", f"SequenceField step={step!r} must be 1 or more.", "Use step=1 or more.")
+        if isinstance(start, int) and isinstance(end, int) and start > end:
+            error(
+                "E002",
+                f"SequenceField start={start} is greater than end={end}.",
+                "Lower start or raise end.",
+            )
+        if not isinstance(batch_count, int) or batch_count < 1:
+            error(
+                "E003",
+                f"SequenceField batch_count={batch_count!r} must be 1 or more.",
+                "Use batch_count=1 or more (batch=False reserves one value per round trip).",
+            )
+        if merged["cycle"] and (self.primary_key or self.unique):
+            error(
+                "E004",
+                "SequenceField with cycle=True on a primary key or unique column: "
+                "values repeat after end, so inserts will collide.",
+                "Drop cycle=True, or use the field on a column that is not unique.",
+            )
+        if self.default is not NOT_PROVIDED or self.has_db_default():
+            error(
+                "E006",
+                "SequenceField takes its value from the sequence; default/db_default "
+                "would hide it.",
+                "Remove default= and db_default= from the field.",
+            )
+        if isinstance(end, int) and end > MAX_VALUE:
+            error(
+                "E007",
+                f"SequenceField end={end} does not fit the BIGINT column.",
+                f"Use end <= {MAX_VALUE}.",
+            )
+        if not errors:
+            try:
+                SequenceConfig(self.sequence_name, **{k: merged[k] for k in SEQUENCE_OPTIONS})
+            except InvalidSequenceConfig as exc:
+                error("E005", f"SequenceField cannot make a sequence: {exc}", "Fix the arguments.")
+        return errors
+
+
+def _fill_raw_saves(sender: type[models.Model], instance: models.Model, **kwargs: Any) -> None:
+    # loaddata saves raw: the compiler never calls pre_save, so an empty
+    # sequence column is filled here, from the database being written to.
+    if not kwargs.get("raw"):
+        return
+    using = kwargs["using"]
+    for field in sender._meta.concrete_fields:
+        if isinstance(field, SequenceField) and getattr(instance, field.attname) is None:
+            setattr(instance, field.attname, field.take(using)[0])
+
+
+def sequence_fields(model: type[models.Model]) -> list[SequenceField]:
+    """The concrete ``SequenceField`` columns of ``model``."""
+    return [f for f in model._meta.concrete_fields if isinstance(f, SequenceField)]

@@ -1,0 +1,64 @@
+"""``SysSequence``: the ``sys_sequence`` table as Django sees it (admin, queries).
+
+The schema is the one of ``autoseq.stores.sql.sequence_table`` so a
+SQLAlchemy service can share the table. The model is unmanaged: the table
+is created by this app's migration only when missing (the SQLAlchemy side
+may have made it first) and ``flush`` (``TransactionTestCase``) leaves it
+alone, because running processes hold blocks reserved from it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.db import models
+
+from autoseq.config import NAME_MAX_LENGTH, SequenceConfig
+
+
+class SysSequence(models.Model):
+    """One named sequence: ``current`` is the next value nobody has reserved."""
+
+    name: models.CharField[str, str] = models.CharField(
+        max_length=NAME_MAX_LENGTH, primary_key=True
+    )
+    start: models.BigIntegerField[int, int] = models.BigIntegerField()
+    end: models.BigIntegerField[int, int] = models.BigIntegerField()
+    step: models.BigIntegerField[int, int] = models.BigIntegerField()
+    current: models.BigIntegerField[int, int] = models.BigIntegerField(
+        help_text="The next value no process has reserved yet."
+    )
+    batch: models.BooleanField[bool, bool] = models.BooleanField()
+    batch_count: models.IntegerField[int, int] = models.IntegerField()
+    cycle: models.BooleanField[bool, bool] = models.BooleanField()
+    updated_at: models.DateTimeField[datetime | None, datetime | None] = models.DateTimeField(
+        null=True, blank=True
+    )
+
+    class Meta:
+        db_table = "sys_sequence"
+        managed = False
+        ordering = ("name",)
+        verbose_name = "sequence"
+
+    def __str__(self) -> str:
+        return str(self.name)
+
+    @property
+    def last_value(self) -> int:
+        """The largest value the sequence can hand out."""
+        return self.as_config().last_value
+
+    @property
+    def values_left(self) -> int | None:
+        """Values not yet reserved before ``end`` (None for a cycling sequence)."""
+        if self.cycle:
+            return None
+        config = self.as_config()
+        if config.next_value > config.last_value:
+            return 0
+        return (config.last_value - config.next_value) // config.step + 1
+
+    def as_config(self) -> SequenceConfig:
+        """The row as an ``autoseq.SequenceConfig`` (``InvalidSequenceConfig`` if impossible)."""
+        return SequenceConfig.from_row(self)

@@ -1,0 +1,48 @@
+"""``SequenceRouter``: sends ``SysSequence`` to ``AUTOSEQ["DATABASE"]``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.db import models
+
+from autoseq_django import conf
+
+
+def is_sqlite_companion(alias: str) -> bool:
+    """True when ``alias`` is a SQLite ``<db>.autoseq`` file (see ``sqlite_companion``)."""
+    database = settings.DATABASES.get(alias, {})
+    return "sqlite" in str(database.get("ENGINE", "")) and str(database.get("NAME", "")).endswith(
+        ".autoseq"
+    )
+
+
+class SequenceRouter:
+    """Routes ``SysSequence`` reads, writes and migrations to ``AUTOSEQ["DATABASE"]``.
+
+    A SQLite companion database (``<db>.autoseq``) migrates only
+    ``sys_sequence``: a migration of another app would hold the file's write
+    lock while, say, a data migration needs a reservation from it. Anything
+    else is left to the next router.
+    """
+
+    def _target(self, model: type[models.Model]) -> str | None:
+        if model._meta.app_label != "autoseq":
+            return None
+        return conf.get().database
+
+    def db_for_read(self, model: type[models.Model], **hints: Any) -> str | None:
+        return self._target(model)
+
+    def db_for_write(self, model: type[models.Model], **hints: Any) -> str | None:
+        return self._target(model)
+
+    def allow_migrate(
+        self, db: str, app_label: str, model_name: str | None = None, **hints: Any
+    ) -> bool | None:
+        if is_sqlite_companion(db):
+            return app_label == "autoseq"
+        if app_label == "autoseq" and db == conf.get().database:
+            return True
+        return None

@@ -1,0 +1,244 @@
+"""Where a Django model's sequences live, and the registry that serves them.
+
+A row written to database ``W`` takes its values from the ``sys_sequence`` of
+``sequence_database(W)``: ``AUTOSEQ["DATABASE"]`` if set, else the alias a
+router's ``db_for_write(SysSequence)`` names, else ``W`` itself (per database,
+like ``AutoField``). That database is reached through an
+:class:`autoseq.stores.SQLStore` on its own SQLAlchemy engine, never through
+Django's connection, so a rollback of the caller's transaction never undoes a
+reservation (and on SQLite the table lives in the companion file
+``<NAME>.autoseq``; an in-memory database gets a private in-memory store).
+The URL is built from the alias's settings when used, so test databases set
+up by Django's runner or pytest-django are the ones reached.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import threading
+from typing import TYPE_CHECKING, Any
+
+from django.core.exceptions import ImproperlyConfigured
+from django.db import connections, router
+
+from autoseq import SequenceConfig, SequenceLock, SequenceNotFound, SequenceRegistry
+from autoseq_django import conf
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine.url import URL
+
+    from autoseq.stores.sql import SQLStore
+
+# Django-only connection options that mean nothing to a DBAPI driver.
+_DJANGO_ONLY_OPTIONS = frozenset(
+    {
+        "isolation_level",
+        "assume_role",
+        "server_side_binding",
+        "pool",
+        "cursor_factory",
+        "context",
+        "init_command",
+        "transaction_mode",
+        "timeout",
+    }
+)
+
+_registries: dict[str, SequenceRegistry] = {}
+# Private in-memory stores outlive their registries: the in-memory database
+# they serve lives as long as the process, and so must the rows.
+_memory_stores: dict[str, SQLStore] = {}
+_urls: dict[tuple[Any, ...], str] = {}
+_guard = threading.Lock()
+
+
+def sqlite_in_memory(name: object) -> bool:
+    """True when a SQLite ``NAME`` is an in-memory database (tests, ``:memory:``)."""
+    text = os.fspath(name) if isinstance(name, os.PathLike) else str(name or "")
+    return text in ("", ":memory:") or "mode=memory" in text
+
+
+def database_url(alias: str) -> URL:
+    """The SQLAlchemy URL of Django database ``alias`` (``AUTOSEQ["URLS"]`` wins)."""
+    from sqlalchemy.engine.url import URL, make_url
+
+    override = conf.get().urls.get(alias)
+    if override:
+        return make_url(override)
+    connection = connections[alias]
+    settings_dict = connection.settings_dict
+    options = {
+        key: str(value)
+        for key, value in (settings_dict.get("OPTIONS") or {}).items()
+        if key not in _DJANGO_ONLY_OPTIONS and isinstance(value, (str, int)) and value != ""
+    }
+    port = int(settings_dict["PORT"]) if settings_dict.get("PORT") else None
+    common: dict[str, Any] = {
+        "username": settings_dict.get("USER") or None,
+        "password": settings_dict.get("PASSWORD") or None,
+        "host": settings_dict.get("HOST") or None,
+        "port": port,
+    }
+    vendor = connection.vendor
+    if vendor == "sqlite":
+        name = settings_dict.get("NAME")
+        if sqlite_in_memory(name):
+            return URL.create("sqlite")
+        path = os.fspath(name or "")
+        if path.startswith("file:"):
+            path = path[len("file:") :].split("?", 1)[0]
+        return URL.create("sqlite", database=os.path.abspath(path))
+    if vendor == "postgresql":
+        driver = "psycopg" if importlib.util.find_spec("psycopg") else "psycopg2"
+        return URL.create(
+            f"postgresql+{driver}",
+            database=settings_dict.get("NAME") or None,
+            query=options,
+            **common,
+        )
+    if vendor == "mysql":
+        driver = "pymysql" if importlib.util.find_spec("pymysql") else "mysqldb"
+        query = {key: options[key] for key in ("charset", "unix_socket") if key in options}
+        query.setdefault("charset", "utf8mb4")
+        if common["host"] and str(common["host"]).startswith("/"):
+            query["unix_socket"] = str(common.pop("host"))
+        return URL.create(
+            f"mysql+{driver}", database=settings_dict.get("NAME") or None, query=query, **common
+        )
+    raise ImproperlyConfigured(
+        f"autoseq_django cannot reach database {alias!r} (vendor {vendor!r}); it supports "
+        "SQLite, PostgreSQL and MySQL/MariaDB. Set AUTOSEQ['URLS'] = "
+        f"{{{alias!r}: '<SQLAlchemy URL>'}} to name the database yourself."
+    )
+
+
+def sequence_database(write_alias: str) -> str:
+    """The alias whose ``sys_sequence`` serves rows written to ``write_alias``."""
+    chosen = conf.get().database
+    if chosen:
+        return chosen
+    from autoseq_django.models import SysSequence
+
+    for candidate in router.routers:
+        method = getattr(candidate, "db_for_write", None)
+        if method is not None:
+            alias = method(SysSequence)
+            if alias:
+                return str(alias)
+    return write_alias
+
+
+def _url_key(alias: str) -> str:
+    settings_dict = connections[alias].settings_dict
+    key = (
+        alias,
+        settings_dict.get("ENGINE"),
+        str(settings_dict.get("NAME")),
+        settings_dict.get("HOST"),
+        settings_dict.get("PORT"),
+        settings_dict.get("USER"),
+        conf.get().urls.get(alias),
+    )
+    url = _urls.get(key)
+    if url is None:
+        url = database_url(alias).render_as_string(hide_password=False)
+        _urls[key] = url
+    return url
+
+
+def registry(alias: str) -> SequenceRegistry:
+    """The registry of the ``sys_sequence`` in database ``alias`` (one per database)."""
+    url = _url_key(alias)
+    found = _registries.get(url)
+    if found is not None:
+        return found
+    from autoseq.stores import SQLStore
+
+    with _guard:
+        found = _registries.get(url)
+        if found is None:
+            settings = conf.get()
+            sql_store = _memory_stores.get(url) or SQLStore(url)
+            if sql_store.url.database in (None, "", ":memory:"):
+                _memory_stores[url] = sql_store
+            found = SequenceRegistry(
+                sql_store,
+                policy=settings.buffer,
+                auto_create=settings.auto_create,
+                defaults=settings.sequence_config,
+            )
+            _registries[url] = found
+    return found
+
+
+def store(alias: str) -> SQLStore:
+    """The store of the ``sys_sequence`` in database ``alias``."""
+    found = registry(alias).store
+    assert hasattr(found, "engine"), "autoseq_django registries always hold an SQLStore"
+    return found  # type: ignore[return-value]
+
+
+def lock(config: SequenceConfig, write_alias: str) -> SequenceLock:
+    """The lock serving ``config`` for rows written to ``write_alias``.
+
+    With ``AUTO_CREATE`` a missing row is created from ``config``; without
+    it ``SequenceNotFound`` says how to create it.
+    """
+    found = registry(sequence_database(write_alias))
+    if found.auto_create:
+        return found.register(config)
+    try:
+        return found.get(config.name)
+    except SequenceNotFound:
+        raise SequenceNotFound(
+            config.name,
+            "create it with `manage.py autoseq create "
+            f"{config.name}` or set AUTOSEQ['AUTO_CREATE'] = True",
+        ) from None
+
+
+def forget(alias: str, name: str) -> None:
+    """Drop this process's buffered values of ``name`` (after ``current`` was moved)."""
+    found = registry(alias)
+    with found._guard:
+        cached = found._locks.pop(name, None)
+    if cached is not None:
+        cached.close(release=False)
+
+
+def disconnect_servers() -> None:
+    """Close the idle server connections of every store (they reopen when needed).
+
+    Called when Django opens a connection without a database, as it does just
+    before dropping a test database, which would fail while we hold sessions
+    on it. SQLite is left alone: a private in-memory store would lose its rows.
+    """
+    with _guard:
+        registries = list(_registries.values())
+    for found in registries:
+        sql_store = found.store
+        if getattr(sql_store, "dialect", "sqlite") != "sqlite":
+            sql_store.engine.dispose()  # type: ignore[attr-defined]
+
+
+def reset() -> None:
+    """Close every registry (their unused tails go back) and forget cached URLs.
+
+    Private in-memory stores stay open for the next registry: their rows are
+    the only record of what the in-memory database's rows were given.
+    """
+    with _guard:
+        registries = list(_registries.values())
+        _registries.clear()
+        _urls.clear()
+        kept = set(map(id, _memory_stores.values()))
+    for found in registries:
+        if id(found.store) not in kept:
+            found.close()
+            continue
+        with found._guard:
+            locks = list(found._locks.values())
+            found._locks.clear()
+        for cached in locks:
+            cached.close()
