@@ -1,0 +1,10 @@
+"""``python -m autoseq_mongoengine adopt ...``; see :mod:`autoseq_mongoengine.cli`."""
+
+from __future__ import annotations
+
+import sys
+
+from autoseq_mongoengine.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,169 @@
+"""Adoption: start a sequence where mongoengine's counter or the data left off.
+
+A collection that already has documents numbered by mongoengine's own
+``SequenceField`` (counter in ``mongoengine.counters``, ``{"_id":
+"<name>.<field>", "next": <last value issued>}``) or by hand moves to autoseq
+by moving the sequence's ``current`` past the larger of the counter and the
+largest value stored in the field. ``current`` never moves backwards.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from mongoengine.connection import get_db
+from pymongo.collection import Collection
+from pymongo.database import Database
+from pymongo.errors import PyMongoError
+
+from autoseq.config import SequenceConfig, validate_name
+from autoseq.errors import InvalidSequenceConfig, StoreUnavailable
+from autoseq.stores.mongo import MongoStore, validate_collection_name
+
+BUILTIN_COUNTERS = "mongoengine.counters"
+_FIELD_NAME = re.compile(r"^[^$.\x00][^\x00]*$")
+
+
+@dataclass(frozen=True, slots=True)
+class Adoption:
+    """What ``adopt`` found and did; ``row`` is the sequence as stored afterwards."""
+
+    name: str
+    counter: int | None
+    max_value: int | None
+    row: SequenceConfig
+    moved: bool
+
+
+def adopt_sequence(
+    database: Database[Any],
+    config: SequenceConfig,
+    *,
+    documents: Collection[Any] | None = None,
+    field: str = "_id",
+    counter_id: str | None = None,
+    counters_collection: str = BUILTIN_COUNTERS,
+    sequence_collection: str = "sys_sequence",
+    numeric_only: bool = True,
+    dry_run: bool = False,
+) -> Adoption:
+    """Move sequence ``config.name`` past what ``database`` already holds.
+
+    Looks at the ``counter_id`` entry of ``counters_collection`` (mongoengine's
+    counters) in ``database`` and at the largest value of ``field`` in the
+    ``documents`` collection, and sets ``current`` to the first value of the
+    sequence above both; the row (in ``sequence_collection`` of ``database``)
+    is created from ``config`` when missing. ``numeric_only=False`` also reads
+    values stored as strings (a field with ``value_decorator=str``), which
+    scans the collection. ``dry_run`` computes without writing.
+    """
+    validate_name(config.name)
+    validate_field_name(field)
+    try:
+        counter = _counter(database, counters_collection, counter_id) if counter_id else None
+        largest = None if documents is None else _max_value(documents, field, numeric_only)
+    except PyMongoError as exc:
+        raise StoreUnavailable(
+            f"reading what sequence {config.name!r} must start after failed: "
+            f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+            name=config.name,
+        ) from exc
+    store = MongoStore(database, sequence_collection)
+    try:
+        row = store.read(config.name) or (config if dry_run else store.create(config))
+        seen = [value for value in (counter, largest) if value is not None]
+        if not seen:
+            return Adoption(config.name, counter, largest, row, moved=False)
+        last = max(seen)
+        target = row.start + max(0, (last - row.start) // row.step + 1) * row.step
+        if target <= row.next_value:
+            return Adoption(config.name, counter, largest, row, moved=False)
+        if target > row.last_value:
+            raise InvalidSequenceConfig(
+                f"sequence {config.name!r}: existing values reach {last}, past its "
+                f"end={row.end}; raise end (or use another sequence) before adopting"
+            )
+        adopted = row.replace(current=target)
+        if not dry_run:
+            adopted = store.update(adopted)
+        return Adoption(config.name, counter, largest, adopted, moved=True)
+    finally:
+        store.close()
+
+
+def adopt(document: Any, field: str | None = None, *, dry_run: bool = False) -> Adoption:
+    """Adopt the sequence of ``document``'s autoseq ``SequenceField`` ``field``.
+
+    ``field`` defaults to the primary key. The counter is the one
+    mongoengine's own field would have used for the same declaration
+    (``<sequence_name or collection>.<field>`` in ``mongoengine.counters``
+    of the field's ``db_alias``); the values are the field's values in the
+    document's collection. Run it once, before the first insert with autoseq;
+    processes already serving the sequence keep the block they hold.
+    """
+    from autoseq_mongoengine.fields import SequenceField
+    from autoseq_mongoengine.registry import sequences
+
+    name = field or document._meta["id_field"]
+    declared = document._fields.get(name)
+    if not isinstance(declared, SequenceField):
+        raise InvalidSequenceConfig(
+            f"{document.__name__}.{name} is not an autoseq_mongoengine.SequenceField; "
+            "declare it as one before adopting"
+        )
+    decorated = declared.value_decorator is not int
+    result = adopt_sequence(
+        get_db(declared.db_alias),
+        declared.sequence_config(),
+        documents=document._get_collection(),
+        field=declared.db_field,
+        counter_id=declared.builtin_counter_id(),
+        sequence_collection=declared.collection_name,
+        numeric_only=not decorated,
+        dry_run=dry_run,
+    )
+    if result.moved and not dry_run:
+        sequences.forget(declared.db_alias, declared.collection_name, result.name)
+    return result
+
+
+def validate_field_name(field: object) -> str:
+    """Return ``field`` if it names a document field (a dotted path is fine), not an operator."""
+    if not isinstance(field, str) or not _FIELD_NAME.match(field) or field.endswith("."):
+        raise InvalidSequenceConfig(
+            f"field name {field!r} is not usable: give a field or dotted path that does not "
+            "start with '$' or '.' and holds no NUL"
+        )
+    return field
+
+
+def _counter(database: Database[Any], collection: str, counter_id: str) -> int | None:
+    entry = database[validate_collection_name(collection)].find_one({"_id": counter_id})
+    if entry is None:
+        return None
+    return _as_int(entry.get("next"))
+
+
+def _max_value(target: Collection[Any], field: str, numeric_only: bool) -> int | None:
+    if numeric_only:
+        top = target.find_one(
+            {field: {"$type": "number"}}, projection={field: 1}, sort=[(field, -1)]
+        )
+        return None if top is None else _as_int(top.get(field))
+    largest: int | None = None
+    for document in target.find({field: {"$exists": True}}, projection={field: 1}):
+        value = _as_int(document.get(field))
+        if value is not None and (largest is None or value > largest):
+            largest = value
+    return largest
+
+
+def _as_int(value: Any) -> int | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None

@@ -1,0 +1,254 @@
+"""``SequenceField``: mongoengine's ``SequenceField``, batched from ``sys_sequence``.
+
+mongoengine's own field takes one ``findAndModify`` per value, and takes it
+when the attribute is merely read. This one takes values from a
+:class:`~autoseq.SequenceLock` (one reservation per block) and only when a
+document is written:
+
+* ``Document.save()`` (and ``objects.create()``): a ``pre_save`` receiver
+  fills the document's empty sequence fields;
+* ``objects.insert([...])``: a ``pre_bulk_insert`` receiver fills the whole
+  bulk with one ``next_many`` per sequence, about N / block reservations;
+* anything else that serialises an unsaved document for writing
+  (``to_mongo()``, an embedded document): ``generate()``, one value, so no
+  document is ever written without its value.
+
+Reading the attribute of an unsaved document gives ``None`` and costs
+nothing. A value the user set is kept.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from mongoengine import signals
+from mongoengine.base import BaseField
+from mongoengine.connection import DEFAULT_CONNECTION_NAME
+from mongoengine.document import Document
+
+from autoseq.config import MAX_VALUE, SequenceConfig, validate_name
+from autoseq.errors import InvalidSequenceConfig, SequenceExhausted
+from autoseq.lock import BufferPolicy, SequenceLock
+from autoseq.stores.mongo import MongoStore, validate_collection_name
+from autoseq_mongoengine.registry import sequences
+
+
+class SequenceField(BaseField):  # type: ignore[misc]
+    """An integer field filled from a named sequence in blocks; see the module docstring.
+
+    The first four arguments are mongoengine's: ``collection_name`` (where
+    sequences live, default ``"sys_sequence"``), ``db_alias`` (the connection,
+    default mongoengine's default alias), ``sequence_name`` and
+    ``value_decorator`` (applied to each value, e.g. ``str``). The sequence
+    name defaults to the document's collection name for the primary key and
+    to ``"<collection>.<field>"`` for any other field. ``start``, ``end``,
+    ``step``, ``batch``, ``batch_count`` and ``cycle`` create the sequence's
+    row on first use; a row that exists keeps its own settings. ``policy``
+    tunes buffering (:class:`~autoseq.BufferPolicy`).
+    """
+
+    _auto_gen = True
+    COLLECTION_NAME = "sys_sequence"
+    VALUE_DECORATOR: Callable[[int], Any] = int
+
+    def __init__(
+        self,
+        collection_name: str | None = None,
+        db_alias: str | None = None,
+        sequence_name: str | None = None,
+        value_decorator: Callable[[int], Any] | None = None,
+        *args: Any,
+        start: int = 1,
+        end: int = MAX_VALUE,
+        step: int = 1,
+        batch: bool = True,
+        batch_count: int = 100,
+        cycle: bool = False,
+        policy: BufferPolicy | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self.collection_name = validate_collection_name(collection_name or self.COLLECTION_NAME)
+        self.db_alias = db_alias or DEFAULT_CONNECTION_NAME
+        self.sequence_name = None if sequence_name is None else validate_name(sequence_name)
+        self.value_decorator: Callable[[int], Any] = (
+            value_decorator if callable(value_decorator) else type(self).VALUE_DECORATOR
+        )
+        self.start, self.end, self.step = start, end, step
+        self.batch, self.batch_count, self.cycle = batch, batch_count, cycle
+        self.policy = policy
+        self._resolved_name: str | None = None
+        self._config(sequence_name or "placeholder")  # refuse bad settings at declaration
+        super().__init__(*args, **kwargs)
+
+    # naming -----------------------------------------------------------------
+
+    def get_sequence_name(self) -> str:
+        """The name of this field's row in ``sys_sequence``."""
+        if self.sequence_name:
+            return self.sequence_name
+        if self._resolved_name is None:
+            base = owner_base_name(self.owner_document)
+            self._resolved_name = validate_name(base if self.primary_key else f"{base}.{self.name}")
+        return self._resolved_name
+
+    def builtin_counter_id(self) -> str:
+        """The ``_id`` mongoengine's own SequenceField would use in ``mongoengine.counters``."""
+        return f"{self.sequence_name or owner_base_name(self.owner_document)}.{self.name}"
+
+    def _config(self, name: str) -> SequenceConfig:
+        return SequenceConfig(
+            name,
+            start=self.start,
+            end=self.end,
+            step=self.step,
+            batch=self.batch,
+            batch_count=self.batch_count,
+            cycle=self.cycle,
+        )
+
+    def sequence_config(self) -> SequenceConfig:
+        """The row this field creates when its sequence does not exist yet."""
+        return self._config(self.get_sequence_name())
+
+    def store(self) -> MongoStore:
+        """The store holding this field's sequence (on the field's connection alias)."""
+        return sequences.store(self.db_alias, self.collection_name)
+
+    def lock(self) -> SequenceLock:
+        """The lock serving this field's values in this process."""
+        return sequences.lock(
+            self.db_alias, self.collection_name, self.sequence_config(), self.policy
+        )
+
+    # values -----------------------------------------------------------------
+
+    def generate(self) -> Any:
+        """The next value, decorated (one value; saves and inserts take theirs in bulk)."""
+        return self.value_decorator(self.lock().next())
+
+    def generate_many(self, n: int) -> list[Any]:
+        """``n`` values, decorated, from about n / block reservations."""
+        return [self.value_decorator(value) for value in self.lock().next_many(n)]
+
+    def get_next_value(self) -> Any:
+        """The value the next document saved by this process will get; consumes nothing.
+
+        That is the next value this process has buffered, else the stored
+        row's next unreserved value (``start`` when there is no row yet). As
+        with mongoengine's field, another process may take it first.
+        """
+        name = self.get_sequence_name()
+        buffered = sequences.peek(self.db_alias, self.collection_name, name)
+        if buffered is not None:
+            return self.value_decorator(buffered)
+        row = self.store().read(name)
+        if row is None:
+            return self.value_decorator(self.start)
+        if row.exhausted:
+            if not row.cycle:
+                raise SequenceExhausted(name, row.next_value, row.end)
+            return self.value_decorator(row.start)
+        return self.value_decorator(row.next_value)
+
+    def set_next_value(self, value: Any) -> Any:
+        """Record ``value`` as the last value issued: the next document gets ``value + step``.
+
+        This is what mongoengine's ``set_next_value`` does (it stores the
+        counter, which is then incremented), so ``set_next_value(max_id)``
+        after an import keeps working. Like it, it overwrites the stored row;
+        processes that already hold a block keep serving it, this one drops
+        its own.
+        """
+        try:
+            last = int(value)
+        except (TypeError, ValueError):
+            raise InvalidSequenceConfig(
+                f"set_next_value needs an integer value, got {value!r}"
+            ) from None
+        name = self.get_sequence_name()
+        store = self.store()
+        row = store.read(name) or store.create(self.sequence_config())
+        steps = (last - row.start) // row.step + 1
+        current = row.start + steps * row.step
+        if steps < 0 or current > row.last_value:
+            raise InvalidSequenceConfig(
+                f"sequence {name!r}: set_next_value({last}) would make the next value "
+                f"{current}, outside [start={row.start}, end={row.end}]; "
+                "choose a value in range or change start/end first"
+            )
+        store.update(row.replace(current=current))
+        sequences.forget(self.db_alias, self.collection_name, name)
+        return self.value_decorator(last)
+
+    # mongoengine hooks ------------------------------------------------------
+
+    def to_python(self, value: Any) -> Any:
+        return value
+
+    def prepare_query_value(self, op: str, value: Any) -> Any:
+        # As mongoengine's field: query values get the decorator, so a
+        # str-decorated field can be queried with an int.
+        return None if value is None else self.value_decorator(value)
+
+
+def owner_base_name(owner: Any) -> str:
+    """The base of mongoengine's default counter name for a field of ``owner``.
+
+    The collection name of a concrete document; for an abstract document
+    (or an embedded one) its class name in snake case, shared by every
+    document inheriting the field.
+    """
+    if owner is None:
+        raise InvalidSequenceConfig(
+            "this SequenceField is not attached to a document; declare it on a Document "
+            "or pass sequence_name='name'"
+        )
+    if issubclass(owner, Document) and not owner._meta.get("abstract"):
+        return str(owner._get_collection_name())
+    return "".join(f"_{c}" if c.isupper() else c for c in owner._class_name).strip("_").lower()
+
+
+_fields_of: weakref.WeakKeyDictionary[type, tuple[SequenceField, ...]] = weakref.WeakKeyDictionary()
+
+
+def sequence_fields(document_class: type) -> tuple[SequenceField, ...]:
+    """The autoseq sequence fields of a document class."""
+    fields = _fields_of.get(document_class)
+    if fields is None:
+        declared: dict[str, Any] = getattr(document_class, "_fields", {})
+        fields = tuple(f for f in declared.values() if isinstance(f, SequenceField))
+        _fields_of[document_class] = fields
+    return fields
+
+
+def _assign(document: Any, field: SequenceField, value: Any) -> None:
+    # Not setattr: mongoengine takes a primary key set on a new document
+    # for "this document exists" and would save it as an update (an upsert
+    # of the changed fields) instead of an insert.
+    document._data[field.name] = value
+    document._mark_as_changed(field.name)
+
+
+def _fill_document(sender: Any, document: Any = None, **_kwargs: Any) -> None:
+    if document is None:
+        return
+    for field in sequence_fields(type(document)):
+        if document._data.get(field.name) is None:
+            _assign(document, field, field.generate())
+
+
+def _fill_bulk(sender: Any, documents: Iterable[Any] = (), **_kwargs: Any) -> None:
+    pending: dict[int, tuple[SequenceField, list[Any]]] = {}
+    for document in documents:
+        for field in sequence_fields(type(document)):
+            if document._data.get(field.name) is None:
+                pending.setdefault(id(field), (field, []))[1].append(document)
+    for field, waiting in pending.values():
+        for document, value in zip(waiting, field.generate_many(len(waiting)), strict=True):
+            _assign(document, field, value)
+
+
+signals.pre_save.connect(_fill_document, weak=False)
+signals.pre_bulk_insert.connect(_fill_bulk, weak=False)
