@@ -1,0 +1,66 @@
+"""Which servers the tests can reach, and what to do when one is missing.
+
+A test that needs a server it cannot reach skips with the reason, unless
+``AUTOSEQ_REQUIRE_BACKENDS`` names that backend (comma-separated, or
+``all``): then it fails, so CI never passes by skipping.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import uuid
+from typing import NoReturn
+
+import pytest
+
+POSTGRES_URL = os.environ.get(
+    "AUTOSEQ_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+)
+MYSQL_URL = os.environ.get("AUTOSEQ_MYSQL_URL", "mysql+pymysql://root@127.0.0.1:3306/test")
+REDIS_URL = os.environ.get("AUTOSEQ_REDIS_URL", "redis://127.0.0.1:6379/15")
+SQL_BACKENDS = ("sqlite", "postgres", "mysql")
+
+
+def required() -> set[str]:
+    """Backends that must be present (from ``AUTOSEQ_REQUIRE_BACKENDS``)."""
+    raw = os.environ.get("AUTOSEQ_REQUIRE_BACKENDS", "")
+    return {part.strip().lower() for part in raw.split(",") if part.strip()}
+
+
+def unavailable(backend: str, reason: str) -> NoReturn:
+    """Skip, or fail when the backend is required."""
+    names = required()
+    if backend in names or "all" in names:
+        pytest.fail(f"{backend} is required (AUTOSEQ_REQUIRE_BACKENDS) but {reason}")
+    pytest.skip(f"{backend} not available: {reason}")
+
+
+@functools.cache
+def _sql_problem(url: str) -> str | None:
+    try:
+        import sqlalchemy as sa
+
+        engine = sa.create_engine(url, connect_args={"connect_timeout": 3})
+        with engine.connect() as connection:
+            connection.execute(sa.text("SELECT 1"))
+        engine.dispose()
+    except Exception as exc:
+        return f"cannot connect to {url}: {type(exc).__name__}: {exc}".splitlines()[0]
+    return None
+
+
+def sql_url(backend: str, tmp_path: os.PathLike[str] | str) -> str:
+    """A database URL for ``backend``; SQLite gets a fresh file under ``tmp_path``."""
+    if backend == "sqlite":
+        return f"sqlite:///{os.path.join(os.fspath(tmp_path), 'app.db')}"
+    url = {"postgres": POSTGRES_URL, "mysql": MYSQL_URL}[backend]
+    problem = _sql_problem(url)
+    if problem:
+        unavailable(backend, problem)
+    return url
+
+
+def unique_table(prefix: str = "seq") -> str:
+    """A table name no other test uses, so tests sharing a server stay apart."""
+    return f"{prefix}_{uuid.uuid4().hex[:12]}"

@@ -1,0 +1,123 @@
+"""The SysSequence admin: what it shows, and the changes it lets through.
+
+``AUTOSEQ["DATABASE"]`` makes one sequence database serve every database,
+so the admin checks ``max()`` in all of them: these tests may query all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client, override_settings
+from django.urls import reverse
+
+from django_tests.helpers import SEQUENCE_ALIAS, stored_current
+from django_tests.testapp.models import Line, Order
+
+pytestmark = pytest.mark.autoseq_all_databases
+
+
+@pytest.fixture
+def admin_client_for(backend: str) -> Iterator[Client]:
+    """A logged-in admin client whose SysSequence is the table serving ``backend``."""
+    alias = SEQUENCE_ALIAS.get(backend, backend)
+    with override_settings(AUTOSEQ={"DATABASE": alias}):
+        user = User.objects.create_superuser("admin", "admin@example.com", "pw")
+        client = Client()
+        client.force_login(user)
+        yield client
+
+
+def form_data(backend: str, name: str, **changes: Any) -> dict[str, Any]:
+    """The change form's fields as stored, with ``changes`` applied."""
+    from autoseq_django import sequences
+
+    row = sequences.store(sequences.sequence_database(backend)).read(name)
+    assert row is not None
+    data: dict[str, Any] = {
+        "current": row.next_value,
+        "end": row.end,
+        "step": row.step,
+        "batch_count": row.batch_count,
+    }
+    if row.batch:
+        data["batch"] = "on"
+    if row.cycle:
+        data["cycle"] = "on"
+    data.update(changes)
+    return data
+
+
+def change_url(name: str) -> str:
+    return reverse("admin:autoseq_syssequence_change", args=[name])
+
+
+def test_changelist_shows_sequences(backend: str, admin_client_for: Client) -> None:
+    """The list shows every sequence with its values left before end."""
+    Order.objects.using(backend).create()
+    response = admin_client_for.get(reverse("admin:autoseq_syssequence_changelist"))
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert "testapp_order" in page
+    assert "values left before end" in page.lower()
+
+
+def test_change_form_names_the_columns(backend: str, admin_client_for: Client) -> None:
+    """The change form says which model fields draw from the sequence."""
+    Order.objects.using(backend).create()
+    response = admin_client_for.get(change_url("tickets"))
+    assert response.status_code == 200
+    assert "testapp.Order.ticket_no" in response.content.decode()
+
+
+def test_moving_current_forward(backend: str, admin_client_for: Client) -> None:
+    """A valid change is saved through the store and the next insert follows it."""
+    order = Order.objects.using(backend).create()
+    target = stored_current(backend, "testapp_order") + 1000
+    response = admin_client_for.post(
+        change_url("testapp_order"), form_data(backend, "testapp_order", current=target)
+    )
+    assert response.status_code == 302, response.content.decode()[:2000]
+    assert stored_current(backend, "testapp_order") == target
+    assert Order.objects.using(backend).create().pk == target > order.pk
+
+
+def test_current_not_past_a_column_max(backend: str, admin_client_for: Client) -> None:
+    """Moving current forward but not past max() of a column using it is refused."""
+    Line.objects.using(backend).create()
+    before = stored_current(backend, "line_codes")
+    Line.objects.using(backend).create(code=before + 1000)  # e.g. loaded by a fixture
+    response = admin_client_for.post(
+        change_url("line_codes"), form_data(backend, "line_codes", current=before + 500)
+    )
+    page = response.content.decode()
+    assert response.status_code == 200
+    assert f"not past max(testapp.Line.code)={before + 1000}" in page
+    assert stored_current(backend, "line_codes") == before
+
+
+def test_current_not_backwards_nor_past_end(backend: str, admin_client_for: Client) -> None:
+    """Moving current back, or past end, is refused and nothing changes."""
+    Order.objects.using(backend).create()
+    before = stored_current(backend, "tickets")
+    back = admin_client_for.post(change_url("tickets"), form_data(backend, "tickets", current=1000))
+    past = admin_client_for.post(
+        change_url("tickets"), form_data(backend, "tickets", current=before + 10, end=before)
+    )
+    assert "may only move forward" in back.content.decode()
+    assert "past end" in past.content.decode()
+    assert stored_current(backend, "tickets") == before
+
+
+def test_no_adding_or_deleting(backend: str, admin_client_for: Client) -> None:
+    """Rows are created by use or the command, and never deleted from the admin."""
+    Order.objects.using(backend).create()
+    add = admin_client_for.get(reverse("admin:autoseq_syssequence_add"))
+    delete = admin_client_for.get(
+        reverse("admin:autoseq_syssequence_delete", args=["testapp_order"])
+    )
+    assert add.status_code == 403
+    assert delete.status_code == 403

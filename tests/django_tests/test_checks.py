@@ -1,0 +1,132 @@
+"""System checks autoseq.E0xx / W001: configurations that cannot work are named at start-up."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.core import checks
+from django.db import models
+from django.test import override_settings
+from django.test.utils import isolate_apps
+
+from autoseq_django import checks as autoseq_checks
+from autoseq_django.fields import SequenceField
+
+
+def field_errors(**arguments: Any) -> list[str]:
+    """The check ids a SequenceField with ``arguments`` gets, on a throwaway model."""
+    with isolate_apps("django_tests.testapp"):
+
+        class Thing(models.Model):
+            code = SequenceField(**arguments)
+
+            class Meta:
+                app_label = "testapp"
+
+        return [message.id for message in Thing._meta.get_field("code").check()]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "expected"),
+    [
+        ({"step": 0}, "autoseq.E001"),
+        ({"step": -5}, "autoseq.E001"),
+        ({"start": 10, "end": 5}, "autoseq.E002"),
+        ({"batch_count": 0}, "autoseq.E003"),
+        ({"cycle": True, "primary_key": True}, "autoseq.E004"),
+        ({"cycle": True, "unique": True}, "autoseq.E004"),
+        ({"sequence": "bad\x00name"}, "autoseq.E005"),
+        ({"sequence": "x" * 192}, "autoseq.E005"),
+        ({"default": 5}, "autoseq.E006"),
+        ({"end": 2**63}, "autoseq.E007"),
+    ],
+    ids=lambda value: str(value) if isinstance(value, str) else None,
+)
+def test_impossible_field_configurations(arguments: dict[str, Any], expected: str) -> None:
+    """Each impossible field configuration gets its own check id."""
+    assert expected in field_errors(**arguments)
+
+
+def test_a_sound_field_has_no_errors() -> None:
+    """A usual configuration (cycle on a non-unique column included) passes."""
+    assert field_errors(start=1000, step=10, batch_count=500) == []
+    assert field_errors(cycle=True, end=99) == []
+
+
+def test_defaults_setting_is_checked_with_the_field() -> None:
+    """AUTOSEQ DEFAULTS and the field's own arguments are checked together."""
+    with override_settings(AUTOSEQ={"DEFAULTS": {"start": 100}}):
+        assert "autoseq.E002" in field_errors(end=50)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"DATABSE": "default"},
+        {"DATABASE": "nowhere"},
+        {"AUTO_CREATE": "yes"},
+        {"DEFAULTS": {"stepp": 2}},
+        {"DEFAULTS": {"step": 0}},
+        {"BUFFER": {"prefetch_at": 2.0}},
+        {"BUFFER": {"nonsense": 1}},
+        {"URLS": {"default": 5}},
+        ["not", "a", "dict"],
+    ],
+)
+def test_bad_settings_are_reported(bad: Any) -> None:
+    """A malformed AUTOSEQ setting is autoseq.E008 with the reason, not a crash."""
+    with override_settings(AUTOSEQ=bad):
+        errors = autoseq_checks.check_settings()
+    assert [error.id for error in errors] == ["autoseq.E008"]
+    assert "AUTOSEQ:" in errors[0].msg
+
+
+def test_database_setting_needs_the_router() -> None:
+    """AUTOSEQ DATABASE without the router would make the admin show another table."""
+    with override_settings(AUTOSEQ={"DATABASE": "sqlite"}, DATABASE_ROUTERS=[]):
+        ids = [error.id for error in autoseq_checks.check_settings()]
+    assert ids == ["autoseq.E010"]
+    with override_settings(
+        AUTOSEQ={"DATABASE": "sqlite"},
+        DATABASE_ROUTERS=["autoseq_django.routers.SequenceRouter"],
+    ):
+        assert autoseq_checks.check_settings() == []
+
+
+def test_shared_sequence_with_different_settings() -> None:
+    """Two fields drawing from one sequence with different settings is autoseq.E009."""
+    with isolate_apps("django_tests.testapp") as isolated:
+
+        class One(models.Model):
+            code = SequenceField(sequence="shared_x", step=2)
+
+            class Meta:
+                app_label = "testapp"
+
+        class Two(models.Model):
+            code = SequenceField(sequence="shared_x", step=3)
+
+            class Meta:
+                app_label = "testapp"
+
+        errors = autoseq_checks.check_shared_sequences(isolated.get_app_configs())
+    assert [error.id for error in errors] == ["autoseq.E009"]
+    assert "step" in errors[0].msg
+
+
+def test_sqlite_without_companion_alias_warns() -> None:
+    """SysSequence reading a SQLite file whose sequences live in the companion: W001."""
+    with override_settings(AUTOSEQ={"DATABASE": "sqlite"}):
+        warnings = autoseq_checks.check_sqlite_admin()
+    assert [warning.id for warning in warnings] == ["autoseq.W001"]
+    assert isinstance(warnings[0], checks.Warning)
+    assert "sqlite_companion" in (warnings[0].hint or "")
+    with override_settings(AUTOSEQ={"DATABASE": "sqlite_seq"}):
+        assert autoseq_checks.check_sqlite_admin() == []
+
+
+def test_project_checks_pass() -> None:
+    """The test project's own models raise no autoseq error."""
+    errors = [m for m in checks.run_checks() if m.id.startswith("autoseq.E")]
+    assert errors == []

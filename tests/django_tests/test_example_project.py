@@ -1,0 +1,30 @@
+"""The example shop (``make example``) end to end, small: SQLite, companion alias, admin."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_example_project_runs_clean() -> None:
+    """Two processes insert orders through the ORM; no duplicate, admin pages answer 200."""
+    env = {key: value for key, value in os.environ.items() if key != "DJANGO_SETTINGS_MODULE"}
+    command = ["-m", "example_project", "--only", "django", "--processes", "2", "--orders", "300"]
+    result = subprocess.run(
+        [sys.executable, *command],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "inserted 600 orders" in result.stdout
+    assert "duplicates found: 0" in result.stdout
+    assert "/admin/autoseq/syssequence/ 200" in result.stdout
+    assert "order_numbers" in result.stdout

@@ -1,0 +1,67 @@
+"""The documented move from AutoField: a table with rows converts and continues past max(id)."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.management import call_command
+from django.db import connections
+from django.db.migrations.executor import MigrationExecutor
+
+from autoseq_django import sequences
+from django_tests.legacy.models import Ticket
+
+
+@pytest.mark.autoseq_transaction
+def test_autofield_table_converts_and_continues(backend: str) -> None:
+    """AlterField to SequenceField + RunPython(sync_sequences): new keys follow the old max."""
+    call_command("migrate", "legacy", "0001", database=backend, verbosity=0)
+    try:
+        state = MigrationExecutor(connections[backend]).loader.project_state(
+            ("legacy", "0001_initial")
+        )
+        old_ticket = state.apps.get_model("legacy", "Ticket")
+        old_ticket.objects.using(backend).bulk_create(
+            [old_ticket(title=f"old {i}") for i in range(40)]
+        )
+        stored = sequences.store(sequences.sequence_database(backend)).read("legacy_ticket")
+        # Far past anything the sequence has handed out, so only sync can explain
+        # new keys following it.
+        old_max = (stored.next_value if stored else 1) + 500
+        old_ticket.objects.using(backend).create(id=old_max, title="far")
+    finally:
+        call_command("migrate", "legacy", database=backend, verbosity=0)
+    first = Ticket.objects.using(backend).create(title="new")
+    bulk = Ticket.objects.using(backend).bulk_create([Ticket(title="bulk") for _ in range(10)])
+    assert first.pk == old_max + 1
+    assert [ticket.pk for ticket in bulk] == list(range(old_max + 2, old_max + 12))
+    assert Ticket.objects.using(backend).count() == 52
+    assert sorted(Ticket.objects.using(backend).values_list("pk", flat=True))[:40] == list(
+        range(1, 41)
+    )
+
+
+@pytest.mark.django_db(databases="__all__")
+def test_migration_matches_the_models() -> None:
+    """makemigrations finds nothing to write: 0002 is what Django generates for the move."""
+    call_command("makemigrations", "legacy", "autoseq", check=True, dry_run=True, verbosity=0)
+
+
+@pytest.mark.autoseq_transaction
+def test_sys_sequence_migration_is_idempotent_and_shared(backend: str) -> None:
+    """Migrating autoseq again over an existing sys_sequence keeps its rows; both sides agree."""
+    import sqlalchemy as sa
+
+    from autoseq_django.models import SysSequence
+
+    Ticket.objects.using(backend).create(title="x")
+    store = sequences.store(sequences.sequence_database(backend))
+    before = store.read("legacy_ticket")
+    call_command("migrate", "autoseq", "zero", database=backend, verbosity=0)
+    call_command("migrate", "autoseq", database=backend, verbosity=0)
+    assert store.read("legacy_ticket") == before
+    columns = {c["name"]: c for c in sa.inspect(store.engine).get_columns("sys_sequence")}
+    assert set(columns) == {f.column for f in SysSequence._meta.concrete_fields}
+    assert [name for name, c in columns.items() if c["nullable"]] == ["updated_at"]
+    if backend != "sqlite":  # on SQLite Django reads the companion only through an alias
+        row = SysSequence.objects.using(backend).get(name="legacy_ticket")
+        assert row.as_config() == before

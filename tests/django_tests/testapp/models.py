@@ -1,0 +1,42 @@
+"""Models of the autoseq_django tests."""
+
+from __future__ import annotations
+
+from django.db import models
+
+from autoseq_django.fields import SequenceField
+
+
+class Order(models.Model):
+    """Sequence primary key (sequence "testapp_order") and a shared ticket sequence."""
+
+    id = SequenceField(primary_key=True, batch_count=50)
+    ticket_no = SequenceField(sequence="tickets", start=1000)
+    note = models.CharField(max_length=40, default="")
+
+
+class Line(models.Model):
+    """An ordinary BigAutoField table with a sequence column (not unique)."""
+
+    order = models.ForeignKey(Order, on_delete=models.CASCADE, null=True)
+    code = SequenceField(sequence="line_codes", step=10, batch_count=20)
+
+
+class Invoice(models.Model):
+    """Tiny blocks, to cross many block boundaries in a few rows."""
+
+    id = SequenceField(primary_key=True, batch_count=7)
+    amount = models.IntegerField(default=0)
+
+
+class Baseline(models.Model):
+    """The same shape as Invoice with Django's own key, for comparisons."""
+
+    id = models.BigAutoField(primary_key=True)
+    amount = models.IntegerField(default=0)
+
+
+class Parcel(models.Model):
+    """A key with no sequence arguments: everything from AUTOSEQ["DEFAULTS"]."""
+
+    id = SequenceField(primary_key=True)

@@ -1,0 +1,1 @@
+"""Reliability suite: faults, crashes, forks and bad input against every real store."""

@@ -1,0 +1,367 @@
+"""The ``autoseq`` command line on SQLite (file), PostgreSQL and MariaDB.
+
+Each test has its own sequence table (``--sequence-table``); bad input must
+give one line on stderr, exit status 2, and leave the store as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from backends import unique_table
+
+from autoseq import MAX_VALUE, SequenceConfig
+from autoseq.cli import COMMANDS, main, register
+from autoseq.stores.sql import SQLStore
+
+
+@dataclass
+class Result:
+    status: int
+    out: str
+    err: str
+
+
+@dataclass
+class Cli:
+    url: str
+    table: str
+    store: SQLStore
+    run: Callable[..., Result]
+
+    def rows(self) -> list[SequenceConfig]:
+        return self.store.read_all() if self.table_exists() else []
+
+    def table_exists(self) -> bool:
+        if self.store.dialect == "sqlite":
+            database = self.store.url.database or ""
+            if not os.path.exists(database):
+                return False
+        return sa.inspect(self.store.engine).has_table(self.table)
+
+
+@pytest.fixture
+def cli(db_url: str, capsys: pytest.CaptureFixture[str]) -> Iterator[Cli]:
+    """``main([...])`` against ``db_url`` with a sequence table of the test's own."""
+    table = unique_table("sys")
+    store = SQLStore(db_url, table=table)
+
+    def run(*args: str) -> Result:
+        capsys.readouterr()
+        status = main(["--url", db_url, "--sequence-table", table, *args])
+        captured = capsys.readouterr()
+        return Result(status, captured.out, captured.err)
+
+    yield Cli(db_url, table, store, run)
+    store.drop_table()
+    store.close()
+
+
+@pytest.fixture
+def app_table(db_url: str) -> Iterator[Callable[[list[int]], str]]:
+    """Makes an application table holding the given ids; dropped afterwards."""
+    engine = sa.create_engine(db_url)
+    metadata = sa.MetaData()
+
+    def make(ids: list[int]) -> str:
+        table = sa.Table(
+            unique_table("app"),
+            metadata,
+            sa.Column("id", sa.BigInteger, primary_key=True, autoincrement=False),
+            sa.Column("label", sa.String(20)),
+        )
+        table.create(engine)
+        if ids:
+            with engine.begin() as connection:
+                connection.execute(sa.insert(table), [{"id": i, "label": "x"} for i in ids])
+        return table.name
+
+    yield make
+    metadata.drop_all(engine)
+    engine.dispose()
+
+
+def one_line_error(result: Result) -> None:
+    assert result.status == 2
+    assert result.out == ""
+    lines = result.err.strip().splitlines()
+    assert len(lines) == 1, result.err
+    assert lines[0].startswith("autoseq: error: ")
+
+
+# commands ------------------------------------------------------------------------
+
+
+def test_init_creates_the_table_and_is_idempotent(cli: Cli) -> None:
+    """init creates the sequence table; running it again is harmless."""
+    assert not cli.table_exists()
+    first = cli.run("init")
+    assert first.status == 0
+    assert cli.table in first.out
+    assert cli.table_exists()
+    assert cli.run("init").status == 0
+    assert cli.rows() == []
+
+
+def test_create_then_list_shows_every_setting(cli: Cli) -> None:
+    """create stores the given settings; list prints them as a table with values left."""
+    assert cli.run("create", "orders").status == 0
+    created = cli.run(
+        "create", "codes", "--start", "5", "--end", "1000", "--step", "10",
+        "--no-batch", "--batch-count", "7", "--cycle",
+    )  # fmt: skip
+    assert created.status == 0
+    codes = cli.store.read("codes")
+    assert codes is not None
+    assert (codes.start, codes.end, codes.step, codes.batch, codes.batch_count, codes.cycle) == (
+        5,
+        1000,
+        10,
+        False,
+        7,
+        True,
+    )
+    listing = cli.run("list")
+    assert listing.status == 0
+    lines = listing.out.splitlines()
+    assert lines[0].split() == [
+        "name", "current", "end", "step", "batch", "batch_count", "cycle", "values_left",
+    ]  # fmt: skip
+    assert lines[1].split() == ["codes", "5", "1000", "10", "no", "7", "yes", "100"]
+    last = str(MAX_VALUE - 1)
+    assert lines[2].split() == ["orders", "1", str(MAX_VALUE), "1", "yes", "100", "no", last]
+
+
+def test_list_without_a_table_writes_nothing(cli: Cli) -> None:
+    """list on a database with no sequence table says so and creates nothing."""
+    result = cli.run("list")
+    assert result.status == 0
+    assert "no sequences" in result.out
+    assert not cli.table_exists()
+
+
+def test_list_shows_what_a_registry_reserved(cli: Cli) -> None:
+    """current in the listing moves as blocks are reserved by the library."""
+    from autoseq import SequenceRegistry
+
+    cli.run("create", "orders", "--batch-count", "50")
+    registry = SequenceRegistry(SQLStore(cli.url, table=cli.table))
+    registry.next("orders")
+    registry.close(release=False)
+    line = cli.run("list").out.splitlines()[1].split()
+    assert line[:2] == ["orders", "51"]
+
+
+def test_set_moves_forward(cli: Cli) -> None:
+    """set NAME VALUE makes VALUE the next value handed out."""
+    cli.run("create", "orders")
+    result = cli.run("set", "orders", "5000")
+    assert result.status == 0
+    assert cli.store.reserve("orders", 1).first == 5000
+
+
+def test_set_backwards_needs_force(cli: Cli) -> None:
+    """Moving current back is refused (values may be in use) unless --force is given."""
+    cli.run("create", "orders")
+    cli.run("set", "orders", "500")
+    refused = cli.run("set", "orders", "100")
+    one_line_error(refused)
+    assert "--force" in refused.err
+    assert cli.store.read("orders").current == 500
+    assert cli.run("set", "orders", "100", "--force").status == 0
+    assert cli.store.read("orders").current == 100
+
+
+def test_sync_moves_current_past_the_column_max(cli: Cli, app_table: Callable[..., str]) -> None:
+    """sync sets current to the first value of the series above max(column)."""
+    cli.run("create", "orders", "--start", "5", "--step", "10")
+    table = app_table([5, 15, 1240])
+    result = cli.run("sync", "orders", "--table", table, "--column", "id")
+    assert result.status == 0
+    assert "1240" in result.out
+    assert cli.store.read("orders").current == 1245
+
+
+def test_sync_never_moves_backwards(cli: Cli, app_table: Callable[..., str]) -> None:
+    """When the sequence is already past max(column), sync leaves it alone."""
+    cli.run("create", "orders")
+    cli.run("set", "orders", "9000")
+    table = app_table([1, 2, 3])
+    assert cli.run("sync", "orders", "--table", table, "--column", "id").status == 0
+    assert cli.store.read("orders").current == 9000
+
+
+def test_sync_of_an_empty_table_changes_nothing(cli: Cli, app_table: Callable[..., str]) -> None:
+    """An empty table has no max: the sequence is left as it is."""
+    cli.run("create", "orders", "--start", "100")
+    table = app_table([])
+    result = cli.run("sync", "orders", "--table", table, "--column", "id")
+    assert result.status == 0
+    assert "empty" in result.out
+    assert cli.store.read("orders").current == 100
+
+
+# bad input -------------------------------------------------------------------------
+
+BAD_COMMANDS = [
+    ("create x --step 0", "step", "step-0"),
+    ("create x --start 10 --end 5", "greater than end", "start>end"),
+    ("create x --batch-count 0", "batch_count", "batch-count-0"),
+    ("create x --start abc", "invalid int", "start-not-int"),
+    (f"create x --end {2**64}", "64-bit", "end-too-big"),
+    ("create bad\x01name", "control character", "control-char-name"),
+    ("create " + "y" * 192, "limit", "name-too-long"),
+    ("create orders", "already exists", "create-existing"),
+    ("set ghost 5", "does not exist", "set-unknown"),
+    ("set orders 0", "outside", "set-below-start"),
+    ("set stepped 12", "start + k * step", "set-off-step"),
+    ("set bounded 101", "outside", "set-past-end"),
+    ("set orders ten", "invalid int", "set-not-int"),
+    ("sync ghost --table t --column id", "does not exist", "sync-unknown-seq"),
+    ("sync orders --table no_such_table_xyz --column id", "does not exist", "sync-unknown-table"),
+    ("sync orders --table 't; DROP TABLE x' --column id", "plain identifier", "sync-sql-table"),
+    ("sync orders --table {app} --column nope", "no column", "sync-unknown-column"),
+    ("sync orders --table {app} --column label", "not an integer", "sync-text-column"),
+    ("sync bounded --table {app} --column id", "raise its end", "sync-past-end"),
+    ("sync orders --table {app}", "--column", "sync-no-column"),
+    ("", "COMMAND", "no-command"),
+    ("frobnicate", "invalid choice", "unknown-command"),
+]
+
+
+@pytest.mark.parametrize(
+    ("command", "message"), [pytest.param(c, m, id=i) for c, m, i in BAD_COMMANDS]
+)
+def test_bad_input_gets_one_line_status_2_and_writes_nothing(
+    cli: Cli, app_table: Callable[..., str], command: str, message: str
+) -> None:
+    """Each bad command exits 2 with one line naming the problem; rows are unchanged."""
+    cli.store.create(SequenceConfig("orders", current=50))
+    cli.store.create(SequenceConfig("stepped", start=5, step=10))
+    cli.store.create(SequenceConfig("bounded", end=100))
+    table = app_table([1, 2, 500])
+    before = [row.as_row() for row in cli.rows()]
+    result = cli.run(*shlex.split(command.replace("{app}", table)))
+    one_line_error(result)
+    assert message in result.err
+    assert [row.as_row() for row in cli.rows()] == before
+
+
+def test_bad_create_before_init_creates_no_table(cli: Cli) -> None:
+    """An invalid create on a fresh database leaves no table behind."""
+    one_line_error(cli.run("create", "x", "--step", "-1"))
+    assert not cli.table_exists()
+
+
+def test_bad_sequence_table_name_is_refused(
+    db_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A --sequence-table that is not a plain identifier exits 2 before any I/O."""
+    status = main(["--url", db_url, "--sequence-table", "sys; DROP TABLE x", "init"])
+    err = capsys.readouterr().err
+    assert status == 2
+    assert "plain identifier" in err
+
+
+@pytest.mark.parametrize(
+    "url", ["nope://x", "definitely not a url"], ids=["unknown-dialect", "garbage"]
+)
+def test_bad_url_exits_2(url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A URL SQLAlchemy cannot use exits 2 with one line."""
+    status = main(["--url", url, "list"])
+    captured = capsys.readouterr()
+    assert status == 2
+    assert len(captured.err.strip().splitlines()) == 1
+
+
+def test_missing_url_exits_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without --url or AUTOSEQ_URL the command says how to give one."""
+    monkeypatch.delenv("AUTOSEQ_URL", raising=False)
+    assert main(["list"]) == 2
+    assert "--url" in capsys.readouterr().err
+
+
+def test_url_from_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """AUTOSEQ_URL stands in for --url."""
+    monkeypatch.setenv("AUTOSEQ_URL", f"sqlite:///{tmp_path / 'env.db'}")
+    assert main(["create", "from_env"]) == 0
+    assert (tmp_path / "env.db.autoseq").exists()
+
+
+def test_unreachable_server_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
+    """A server that cannot be reached is a store failure: exit 1, one line."""
+    status = main(["--url", "postgresql+psycopg://postgres@127.0.0.1:1/test", "init"])
+    captured = capsys.readouterr()
+    assert status == 1
+    assert len(captured.err.strip().splitlines()) == 1
+
+
+# process level ------------------------------------------------------------------
+
+
+def test_console_script_runs_as_a_process(tmp_path: Path) -> None:
+    """`python -m autoseq.cli` creates and lists sequences; errors exit 2 on stderr."""
+    url = f"sqlite:///{tmp_path / 'proc.db'}"
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "autoseq.cli", "--url", url, *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    assert run("create", "orders", "--start", "10").returncode == 0
+    listing = run("list")
+    assert listing.returncode == 0
+    assert listing.stdout.splitlines()[1].split()[:2] == ["orders", "10"]
+    bad = run("set", "orders", "-5")
+    assert bad.returncode == 2
+    assert bad.stdout == ""
+    assert len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_importing_the_cli_loads_no_orm() -> None:
+    """`import autoseq.cli` imports neither SQLAlchemy, Django nor a MongoDB driver."""
+    code = (
+        "import json, sys, autoseq.cli; "
+        "print(json.dumps(sorted(m for m in sys.modules "
+        "if m.split('.')[0] in ('sqlalchemy', 'django', 'mongoengine', 'pymongo'))))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == []
+
+
+def test_register_adds_a_subcommand(capsys: pytest.CaptureFixture[str]) -> None:
+    """Another package can add a subcommand with register()."""
+
+    def configure(parser: object) -> None:
+        parser.add_argument("word")  # type: ignore[attr-defined]
+
+    def run(args: object) -> int:
+        print(f"hello {args.word}")  # type: ignore[attr-defined]
+        return 0
+
+    register("hello", "say hello", run, configure)
+    try:
+        assert main(["hello", "world"]) == 0
+        assert capsys.readouterr().out == "hello world\n"
+    finally:
+        COMMANDS.pop("hello")

@@ -1,0 +1,92 @@
+"""SequenceConfig validation and the reservation arithmetic."""
+
+from __future__ import annotations
+
+import pytest
+
+from autoseq import MAX_VALUE, InvalidSequenceConfig, SequenceConfig, SequenceExhausted
+from autoseq.stores import plan_reservation
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"step": 0}, "step must be 1 or more"),
+        ({"step": -5}, "step must be 1 or more"),
+        ({"start": 10, "end": 5}, "start=10 is greater than end=5"),
+        ({"batch_count": 0}, "batch_count must be 1 or more"),
+        ({"current": 0}, "outside"),
+        ({"start": 1, "end": 10, "current": 11}, "outside"),
+        ({"step": 2, "current": 4}, "not start \\+ k \\* step"),
+        ({"step": 1.5}, "step must be an int"),
+        ({"start": "1"}, "start must be an int"),
+        ({"batch": "yes"}, "batch must be True or False"),
+        ({"end": 2**64}, "does not fit a signed 64-bit integer"),
+        ({"start": MAX_VALUE}, "leaves no room"),
+    ],
+)
+def test_invalid_config_is_refused_with_a_reason(kwargs: dict[str, object], message: str) -> None:
+    """Each impossible setting raises InvalidSequenceConfig saying what is wrong."""
+    with pytest.raises(InvalidSequenceConfig, match=message):
+        SequenceConfig("s", **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("name", [None, 3, b"bytes", "", " x", "a\nb", "n" * 192])
+def test_invalid_names_are_refused(name: object) -> None:
+    """Names that no store can key on are refused."""
+    with pytest.raises(InvalidSequenceConfig):
+        SequenceConfig(name)  # type: ignore[arg-type]
+
+
+def test_defaults_match_the_contract() -> None:
+    """Defaults are start=1, end=2**63-1, step=1, batch of 100, no cycle."""
+    config = SequenceConfig("orders")
+    assert (config.start, config.end, config.step, config.batch, config.batch_count) == (
+        1,
+        MAX_VALUE,
+        1,
+        True,
+        100,
+    )
+    assert (config.current, config.next_value, config.cycle, config.block_size) == (
+        None,
+        1,
+        False,
+        100,
+    )
+    assert SequenceConfig("one", batch=False).block_size == 1
+
+
+def test_from_row_accepts_exhausted_and_refuses_impossible() -> None:
+    """A stored row may be one step past its last value; anything else impossible is refused."""
+    row = {
+        "name": "r",
+        "start": 1,
+        "end": 10,
+        "step": 3,
+        "current": 13,
+        "batch": True,
+        "batch_count": 5,
+        "cycle": False,
+        "updated_at": None,
+    }
+    assert SequenceConfig.from_row(row).exhausted
+    with pytest.raises(InvalidSequenceConfig, match="stored sys_sequence row 'r' is invalid"):
+        SequenceConfig.from_row(row | {"current": 16})
+    with pytest.raises(InvalidSequenceConfig, match="stored sys_sequence row is invalid"):
+        SequenceConfig.from_row(row | {"step": 0})
+
+
+def test_plan_respects_step_end_and_cycle() -> None:
+    """Blocks are cut at the last value; cycling wraps, otherwise SequenceExhausted."""
+    row = SequenceConfig("p", start=5, end=20, step=5)
+    block, current = plan_reservation(row, 3)
+    assert (list(block.values()), current) == ([5, 10, 15], 20)
+    block, current = plan_reservation(row.with_current(20), 3)
+    assert (list(block.values()), current) == ([20], 25)
+    with pytest.raises(SequenceExhausted, match="'p' is exhausted: next value 25 is past end 20"):
+        plan_reservation(row.with_current(25), 1)
+    ring = SequenceConfig("q", start=5, end=20, step=5, cycle=True).with_current(25)
+    block, _ = plan_reservation(ring, 2)
+    assert block.cycled
+    assert list(block.values()) == [5, 10]

@@ -1,0 +1,371 @@
+"""SequenceLock serving: double buffer, adaptive blocks, outages, shutdown, signals, stats."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+from autoseq import (
+    BufferPolicy,
+    InvalidSequenceConfig,
+    SequenceConfig,
+    SequenceExhausted,
+    SequenceRegistry,
+    StoreUnavailable,
+    signals,
+)
+from autoseq.stores import MemoryStore
+from autoseq.testing import FlakyStore
+
+DELAY = 0.02
+
+
+@contextmanager
+def recording(signal: Any) -> Iterator[list[dict[str, Any]]]:
+    """Collect the keyword arguments of every send of ``signal``."""
+    seen: list[dict[str, Any]] = []
+
+    def receiver(sender: Any, **kwargs: Any) -> None:
+        seen.append(kwargs)
+
+    signal.connect(receiver)
+    try:
+        yield seen
+    finally:
+        signal.disconnect(receiver)
+
+
+def make(config: SequenceConfig, *, delay: float = 0.0, **policy: Any) -> tuple[Any, FlakyStore]:
+    store = FlakyStore(MemoryStore(), delay=delay)
+    registry = SequenceRegistry(store, policy=BufferPolicy(**policy))
+    return registry.register(config), store
+
+
+def test_double_buffer_keeps_callers_off_the_store() -> None:
+    """Below the store's capacity, every block after the first arrives in the background."""
+    lock, _store = make(SequenceConfig("db", batch_count=100), delay=DELAY, max_batch_count=100)
+    values = [lock.next()]
+    assert lock.stats()["caller_waits"] == 1  # the first block: nothing to serve yet
+    with recording(signals.block_reserved) as reserved:
+        for _ in range(1500):  # ~1,000 values/s against a capacity of 5,000/s
+            values.append(lock.next())
+            time.sleep(0.001)
+    waits = lock.stats()["caller_waits"]
+    lock.close()
+    assert values == list(range(1, 1502))
+    assert len(reserved) >= 14
+    assert all(event["prefetch"] for event in reserved)
+    # No caller reserved, nor waited for a reservation in flight: every switch
+    # found the next block already buffered. (Timing each call would measure
+    # the machine's scheduler too; benchmarks/ reports the latency.)
+    assert waits == 1
+
+
+def test_without_prefetch_the_block_switch_waits() -> None:
+    """With prefetch off, the call that empties a block pays the store's delay."""
+    lock, _ = make(
+        SequenceConfig("np", batch_count=50), delay=DELAY, prefetch=False, max_batch_count=50
+    )
+    lock.next()
+    slow_calls = 0
+    for _ in range(200):
+        started = time.perf_counter()
+        lock.next()
+        slow_calls += time.perf_counter() - started >= DELAY
+    assert slow_calls >= 4  # each block switch pays the delay (the machine may add more)
+    assert lock.stats()["caller_waits"] == 5
+
+
+def test_one_reservation_in_flight_per_sequence() -> None:
+    """Many threads draining one sequence never have two reservations running at once."""
+    active = 0
+    peak = 0
+    guard = threading.Lock()
+
+    class Counting(FlakyStore):
+        def reserve(self, name: str, count: int) -> Any:
+            nonlocal active, peak
+            with guard:
+                active += 1
+                peak = max(peak, active)
+            try:
+                return super().reserve(name, count)
+            finally:
+                with guard:
+                    active -= 1
+
+    store = Counting(MemoryStore(), delay=0.005)
+    lock = SequenceRegistry(store).register(SequenceConfig("one", batch_count=20))
+    taken: list[list[int]] = [[] for _ in range(8)]
+
+    def work(i: int) -> None:
+        for _ in range(300):
+            taken[i].append(lock.next())
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    lock.close()
+    flat = [v for part in taken for v in part]
+    assert peak == 1
+    assert len(flat) == len(set(flat)) == 2400
+    assert all(part == sorted(part) for part in taken)
+
+
+def test_outage_serves_buffer_then_fails_fast_then_recovers() -> None:
+    """Store down: buffer served, then StoreUnavailable fast; store back: serving resumes."""
+    lock, store = make(
+        SequenceConfig("out", batch_count=100),
+        delay=DELAY,
+        max_batch_count=100,
+        retry_initial=0.02,
+        retry_max=0.2,
+    )
+    served = [lock.next() for _ in range(30)]
+    deadline = time.monotonic() + 2
+    while lock.stats()["next_block_left"] == 0 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    buffered = lock.stats()["current_block_left"] + lock.stats()["next_block_left"]
+    assert buffered == 170
+    store.down = True
+    served += [lock.next() for _ in range(buffered)]
+    failures = 0
+    with recording(signals.store_unavailable) as unavailable:
+        started = time.monotonic()
+        while time.monotonic() - started < 1.0:
+            call = time.perf_counter()
+            with pytest.raises(
+                StoreUnavailable, match=r"sequence 'out': .*store is down"
+            ) as caught:
+                lock.next()
+            assert time.perf_counter() - call < 0.5  # fast: no wait on the store
+            failures += 1
+    assert caught.value.name == "out"
+    # Back-off: hundreds of failing calls, only a handful reached the store.
+    assert failures > 100
+    assert store.calls_while_down <= 12
+    assert 1 <= len(unavailable) <= 12
+    store.down = False
+    recovered = time.monotonic() + 1.0
+    while True:
+        try:
+            served.append(lock.next())
+            break
+        except StoreUnavailable:
+            assert time.monotonic() < recovered, "serving did not resume after the store came back"
+            time.sleep(0.01)
+    served += [lock.next() for _ in range(500)]
+    lock.close()
+    assert len(served) == len(set(served))
+    assert served == sorted(served)
+
+
+def test_prefetch_failure_is_signalled_and_retried() -> None:
+    """A failing background reservation sends prefetch_failed and is tried again later."""
+    lock, store = make(
+        SequenceConfig("pf", batch_count=100), max_batch_count=100, retry_initial=0.01
+    )
+    lock.next()
+    store.down = True
+    with recording(signals.prefetch_failed) as failed:
+        for _ in range(20):
+            lock.next()
+        deadline = time.monotonic() + 2
+        while not failed and time.monotonic() < deadline:
+            time.sleep(0.005)
+    assert failed
+    assert isinstance(failed[0]["error"], StoreUnavailable)
+    store.down = False
+    time.sleep(0.02)
+    with recording(signals.block_reserved) as reserved:
+        for _ in range(30):
+            lock.next()
+        deadline = time.monotonic() + 2
+        while not reserved and time.monotonic() < deadline:
+            time.sleep(0.005)
+    assert reserved
+    assert reserved[0]["prefetch"] is True
+    lock.close()
+
+
+def test_block_grows_when_used_fast_and_shrinks_when_slow() -> None:
+    """Adaptive sizing doubles up to the ceiling, then halves back to the floor."""
+    lock, _ = make(
+        SequenceConfig("ad", batch_count=10),
+        max_batch_count=80,
+        grow_within=60.0,
+        shrink_after=1000.0,
+    )
+    sizes = []
+    for _ in range(2000):
+        lock.next()
+        sizes.append(lock.stats()["block_size"])
+    assert sizes[-1] == 80
+    assert sorted(set(sizes)) == [10, 20, 40, 80]
+    lock.close()
+
+    slow, _ = make(
+        SequenceConfig("ad2", batch_count=10),
+        max_batch_count=80,
+        grow_within=0.0,
+        shrink_after=0.0,
+    )
+    slow._block_size = 80  # as if it had grown
+    for _ in range(400):
+        slow.next()
+    assert slow.stats()["block_size"] == 10
+    slow.close()
+
+
+def test_close_hands_back_the_unused_tail() -> None:
+    """close() returns unserved values (current and prefetched block), so a restart has no gap."""
+    memory = MemoryStore()
+    registry = SequenceRegistry(memory, policy=BufferPolicy(max_batch_count=100))
+    lock = registry.register(SequenceConfig("gap", batch_count=100))
+    for _ in range(40):
+        lock.next()
+    deadline = time.monotonic() + 2
+    while lock.stats()["next_block_left"] == 0 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    with recording(signals.block_released) as released:
+        registry.close()
+    assert memory.read("gap").current == 41
+    assert released == [{"name": "gap", "first": 41, "count": 160}]
+    restarted = SequenceRegistry(memory)
+    assert restarted.next("gap") == 41
+
+
+def test_close_keeps_the_tail_when_someone_reserved_after() -> None:
+    """A tail is not handed back once another process has reserved past it."""
+    memory = MemoryStore()
+    lock = SequenceRegistry(memory, policy=BufferPolicy(prefetch=False)).register(
+        SequenceConfig("shared", batch_count=10)
+    )
+    lock.next()
+    memory.reserve("shared", 10)  # another process
+    assert lock.close() is False
+    assert memory.read("shared").current == 21
+
+
+def test_close_stops_the_worker() -> None:
+    """The prefetch thread ends on close()."""
+    lock, _ = make(SequenceConfig("w", batch_count=10))
+    for _ in range(15):
+        lock.next()
+    worker = lock._worker
+    assert worker is not None
+    lock.close()
+    worker.join(2)
+    assert not worker.is_alive()
+
+
+def test_low_remaining_warns_once(caplog: pytest.LogCaptureFixture) -> None:
+    """Passing the warning share sends low_remaining once, with a log record."""
+    lock, _ = make(
+        SequenceConfig("low", end=1000, batch_count=50), warn_share=0.9, max_batch_count=50
+    )
+    with recording(signals.low_remaining) as low, caplog.at_level(logging.WARNING, "autoseq"):
+        for _ in range(960):
+            lock.next()
+    lock.close()
+    assert len(low) == 1
+    assert low[0]["name"] == "low"
+    assert low[0]["used_share"] >= 0.9
+    assert "sequence 'low' has reserved" in caplog.text
+
+
+def test_exhaustion_and_cycle_are_signalled() -> None:
+    """Reaching end sends sequence_exhausted; a cycling sequence sends sequence_cycled."""
+    lock, _ = make(SequenceConfig("ex", end=25, batch_count=10), max_batch_count=10)
+    with recording(signals.sequence_exhausted) as exhausted:
+        assert [lock.next() for _ in range(25)] == list(range(1, 26))
+        with pytest.raises(SequenceExhausted, match="'ex' is exhausted"):
+            lock.next()
+    assert exhausted[-1] == {"name": "ex", "current": 26, "end": 25}
+    lock.close()
+
+    ring, _ = make(SequenceConfig("ring", end=25, batch_count=10, cycle=True), max_batch_count=10)
+    with recording(signals.sequence_cycled) as cycled:
+        values = [ring.next() for _ in range(60)]
+    ring.close()
+    assert values == [*range(1, 26), *range(1, 26), *range(1, 11)]
+    assert cycled
+    assert cycled[0] == {"name": "ring", "start": 1, "end": 25}
+
+
+def test_stats_report_buffer_rate_and_eta() -> None:
+    """stats() shows what is buffered, the block size, reservations, latency, rate, ETA."""
+    lock, _ = make(
+        SequenceConfig("st", end=100_000, batch_count=100), delay=0.001, max_batch_count=100
+    )
+    for _ in range(350):
+        lock.next()
+    time.sleep(0.05)
+    stats = lock.stats()
+    lock.close()
+    assert stats["name"] == "st"
+    assert stats["block_size"] == 100
+    assert stats["reservations"] >= 4
+    assert stats["served_values"] == 350
+    assert stats["current_block_left"] + stats["next_block_left"] == stats["reserved_values"] - 350
+    assert stats["last_latency"] >= 0.001
+    assert stats["consumption_rate"] > 0
+    assert stats["values_until_end"] == 100_000 - 350
+    assert stats["seconds_until_end"] > 0
+
+
+def test_next_many_costs_one_reservation_per_block() -> None:
+    """A bulk of N values costs at most ceil(N / block) + 1 reservations."""
+    lock, store = make(SequenceConfig("bulk", batch_count=100), prefetch=False)
+    values = lock.next_many(100_000)
+    assert values == list(range(1, 100_001))
+    assert store.reservations <= 100_000 // 100 + 1
+    with pytest.raises(InvalidSequenceConfig):
+        lock.next_many(-1)
+    assert lock.next_many(0) == []
+
+
+def test_batch_false_reserves_each_value() -> None:
+    """batch=False makes one round trip per value and never prefetches."""
+    lock, store = make(SequenceConfig("strict", batch=False))
+    assert [lock.next() for _ in range(25)] == list(range(1, 26))
+    assert store.reservations == 25
+    assert lock.next_many(10) == list(range(26, 36))
+    assert store.reservations == 26
+    lock.close()
+
+
+def test_slow_sequence_does_not_delay_another() -> None:
+    """A reservation stuck on sequence A leaves sequence B serving at full speed."""
+    gate = threading.Event()
+
+    class SlowForA(FlakyStore):
+        def reserve(self, name: str, count: int) -> Any:
+            if name == "A":
+                gate.wait(5)
+            return super().reserve(name, count)
+
+    store = SlowForA(MemoryStore())
+    registry = SequenceRegistry(store, auto_create=True)
+    registry.get("A")
+    registry.get("B")
+    stuck = threading.Thread(target=registry.next, args=("A",))
+    stuck.start()
+    time.sleep(0.05)
+    started = time.perf_counter()
+    values = [registry.next("B") for _ in range(1000)]
+    elapsed = time.perf_counter() - started
+    assert stuck.is_alive(), "A should still be waiting on its reservation"
+    gate.set()
+    stuck.join()
+    registry.close()
+    assert values == list(range(1, 1001))
+    assert elapsed < 1.0

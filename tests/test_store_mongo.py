@@ -1,0 +1,188 @@
+"""The store contract on MongoStore, plus what only MongoDB has (sessions, fork)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from contract import StoreContract
+from mongo_server import CommandLog, MongoServer
+
+from autoseq import InvalidSequenceConfig, SequenceConfig, StoreUnavailable
+from autoseq.stores import MongoStore
+
+pytestmark = pytest.mark.mongodb
+
+
+@pytest.fixture
+def mongo_store(mongo_server: MongoServer, mongo_db_name: str) -> Iterator[MongoStore]:
+    """A MongoStore on a fresh database of the session's server."""
+    store = MongoStore(mongo_server.url, database=mongo_db_name)
+    yield store
+    store.close()
+
+
+class TestMongoStore(StoreContract):
+    @pytest.fixture
+    def store(self, mongo_store: MongoStore) -> MongoStore:
+        return mongo_store
+
+
+def test_warm_reservation_is_one_round_trip(mongo_server: MongoServer, mongo_db_name: str) -> None:
+    """Once the row is known, each reservation is a single find_one_and_update."""
+    counter = CommandLog()
+    client = mongo_server.client(event_listeners=[counter.listener])
+    store = MongoStore(client[mongo_db_name])
+    store.create(SequenceConfig("orders"))
+    before = len(counter.commands)
+    for _ in range(10):
+        store.reserve("orders", 100)
+    sent = [name for name, _ in counter.commands[before:]]
+    assert sent == ["findAndModify"] * 10
+    assert store.read("orders").current == 1001
+    client.close()
+
+
+def test_two_stores_interleave_without_overlap(
+    mongo_server: MongoServer, mongo_db_name: str
+) -> None:
+    """Two stores (two processes' view) each holding a stale row still never overlap."""
+    first = MongoStore(mongo_server.url, database=mongo_db_name)
+    second = MongoStore(mongo_server.url, database=mongo_db_name)
+    first.create(SequenceConfig("shared"))
+    second.read("shared")
+    values: list[int] = []
+    for _ in range(20):
+        values += first.reserve("shared", 5).values()
+        values += second.reserve("shared", 3).values()
+    assert sorted(values) == list(range(1, 20 * 8 + 1))
+    first.close()
+    second.close()
+
+
+def test_settings_changed_elsewhere_are_honoured(
+    mongo_server: MongoServer, mongo_db_name: str
+) -> None:
+    """A store whose remembered row predates another store's update() follows the new end."""
+    worker = MongoStore(mongo_server.url, database=mongo_db_name)
+    admin = MongoStore(mongo_server.url, database=mongo_db_name)
+    row = worker.create(SequenceConfig("capped"))
+    worker.reserve("capped", 10)
+    admin.update(row.replace(current=11, end=15))
+    assert list(worker.reserve("capped", 100).values()) == [11, 12, 13, 14, 15]
+    worker.close()
+    admin.close()
+
+
+def test_exhausted_row_raised_elsewhere_serves_again(
+    mongo_server: MongoServer, mongo_db_name: str
+) -> None:
+    """An exhausted sequence whose end another store raised serves the new range."""
+    worker = MongoStore(mongo_server.url, database=mongo_db_name)
+    admin = MongoStore(mongo_server.url, database=mongo_db_name)
+    worker.create(SequenceConfig("grow", end=5))
+    worker.reserve("grow", 10)
+    stored = admin.read("grow")
+    admin.update(SequenceConfig("grow", end=100, current=stored.current))
+    assert worker.reserve("grow", 2).first == 6
+    worker.close()
+    admin.close()
+
+
+def test_reservation_ignores_the_applications_transaction(
+    mongo_server: MongoServer, mongo_db_name: str
+) -> None:
+    """A block reserved while the app's session is bound stays reserved when the app aborts."""
+    client = mongo_server.client()
+    store = MongoStore(client, database=mongo_db_name)
+    store.create(SequenceConfig("tx"))
+    client[mongo_db_name]["things"].insert_one({"_id": 0})
+    with client.start_session() as session, session.bind():
+        session.start_transaction()
+        client[mongo_db_name]["things"].insert_one({"_id": 1})
+        block = store.reserve("tx", 10)
+        session.abort_transaction()
+    assert client[mongo_db_name]["things"].count_documents({}) == 1
+    assert (block.first, store.read("tx").current) == (1, 11)
+    client.close()
+
+
+def test_driver_errors_become_store_unavailable() -> None:
+    """An unreachable server raises StoreUnavailable naming the sequence, cause chained."""
+    store = MongoStore(f"mongodb://127.0.0.1:{_closed_port()}/db", timeout=0.5)
+    with pytest.raises(StoreUnavailable, match="'orders'") as caught:
+        store.reserve("orders", 10)
+    assert caught.value.name == "orders"
+    assert caught.value.__cause__ is not None
+    store.close()
+
+
+def test_bad_arguments_are_refused() -> None:
+    """A database-less URL, a bad collection name or a wrong type gets InvalidSequenceConfig."""
+    with pytest.raises(InvalidSequenceConfig, match="database"):
+        MongoStore("mongodb://127.0.0.1:1")
+    for bad in ("", "$cmd", "system.users", "a\x00b", ".x", 7):
+        with pytest.raises(InvalidSequenceConfig):
+            MongoStore("mongodb://127.0.0.1:1/db", collection=bad)  # type: ignore[arg-type]
+    with pytest.raises(InvalidSequenceConfig, match="MongoClient"):
+        MongoStore(42)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("given", ["url", "client"])
+def test_forked_child_opens_its_own_client(
+    mongo_server: MongoServer, mongo_db_name: str, given: str
+) -> None:
+    """After fork the child reserves on a client of its own; parent and child never overlap."""
+    client = mongo_server.client()
+    source: Any = mongo_server.url if given == "url" else client
+    store = MongoStore(source, database=mongo_db_name)
+    store.create(SequenceConfig("forked"))
+    parent_block = store.reserve("forked", 10)
+    parent_client = store.collection.database.client
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        code = 1
+        try:
+            child_block = store.reserve("forked", 10)
+            own = store.collection.database.client is not parent_client
+            os.write(write_end, f"{child_block.first} {child_block.last} {own}".encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    _, status = os.waitpid(pid, 0)
+    first, last, own = os.read(read_end, 100).decode().split()
+    os.close(read_end)
+    assert status == 0
+    assert own == "True"
+    assert (int(first), int(last)) == (11, 20)
+    assert parent_block.last == 10
+    assert store.reserve("forked", 1).first == 21
+    store.close()
+    client.close()
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_mongo_code_is_imported_only_when_used() -> None:
+    """import autoseq, autoseq.stores and the mongoengine CLI plugin load no MongoDB driver."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, autoseq, autoseq.stores, autoseq_mongoengine, autoseq_mongoengine.cli\n"
+        "print(sorted(m for m in ('pymongo', 'bson', 'mongoengine') if m in sys.modules))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert result.stdout.strip() == "[]"
