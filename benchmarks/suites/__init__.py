@@ -1,0 +1,1 @@
+"""One module per comparison; each has ``run(ctx) -> list[Group]``."""

@@ -1,0 +1,123 @@
+"""Django insert throughput: autoseq_django's ``SequenceField`` vs ``BigAutoField``.
+
+Two paths: ``bulk_create`` in chunks of 10,000 and ``save()`` one row at a
+time, on SQLite, PostgreSQL and MariaDB (private databases of the run, see
+``benchmarks.django_setup``). Tables are emptied between trials (untimed),
+rows and distinct keys are counted after each. Issue 3's target:
+``bulk_create`` of 100,000 rows >= 0.95x ``BigAutoField``, with about one
+reservation per block.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from benchmarks import django_setup
+from benchmarks.harness import Contender, Group, Sample, Unavailable, run_group, stopwatch
+from benchmarks.servers import BACKEND_LABELS, Context
+
+CHUNK = 10_000
+AUTOSEQ = "autoseq_django SequenceField"
+NATIVE = "BigAutoField"
+
+
+class Setup:
+    def __init__(self, ctx: Context, backend: str) -> None:
+        if not django_setup.has_autoseq_django():
+            raise Unavailable("autoseq_django is not importable yet")
+        self.using = django_setup.alias(ctx, backend)
+        from django.apps import apps
+
+        if not apps.is_installed("autoseq_django"):
+            raise Unavailable("autoseq_django appeared after Django was set up in this run")
+        from django.db import models
+
+        from autoseq_django.fields import SequenceField
+
+        def payload() -> dict[str, Any]:
+            return {"name": models.CharField(max_length=50), "amount": models.IntegerField()}
+
+        self.models = {
+            AUTOSEQ: django_setup.make_model(
+                "dj_autoseq", {"id": SequenceField(primary_key=True), **payload()}
+            ),
+            NATIVE: django_setup.make_model(
+                "dj_native", {"id": models.BigAutoField(primary_key=True), **payload()}
+            ),
+        }
+        for model in self.models.values():
+            django_setup.create_table(model, self.using)
+
+    def reservations(self) -> int:
+        try:
+            from autoseq_django import sequences
+
+            return int(sequences.store(sequences.sequence_database(self.using)).reservations)
+        except Exception:
+            return 0  # not created yet: nothing reserved
+
+    def trial(self, model: Any, n: int, bulk: bool) -> Sample:
+        manager = model.objects.using(self.using)
+        manager.all().delete()
+        before = self.reservations()
+        with stopwatch() as elapsed:
+            if bulk:
+                for start in range(0, n, CHUNK):
+                    stop = min(n, start + CHUNK)
+                    manager.bulk_create([model(name=f"r{i}", amount=i) for i in range(start, stop)])
+            else:
+                for i in range(n):
+                    model(name=f"r{i}", amount=i).save(using=self.using)
+        reservations = self.reservations() - before
+        rows = manager.count()
+        keys = manager.values("id").distinct().count()
+        if rows != n or keys != n:
+            raise AssertionError(f"{model.__name__}: {rows} rows, {keys} keys, expected {n}")
+        return Sample(n, elapsed[0], {"reservations": reservations})
+
+    def close(self) -> None:
+        for model in self.models.values():
+            django_setup.drop_table(model, self.using)
+
+
+def run(ctx: Context) -> list[Group]:
+    bulk_n, save_n = ctx.n(100_000, 5_000), ctx.n(5_000, 300)
+    groups: list[Group] = []
+    for backend in ("sqlite", "postgres", "mysql"):
+        label = BACKEND_LABELS[backend]
+        bulk = Group("orm", f"Django bulk_create, {label}", "rows/s", subject=AUTOSEQ)
+        save = Group("orm", f"Django save() per row, {label}", "rows/s", subject=AUTOSEQ)
+        groups += [bulk, save]
+        try:
+            setup = Setup(ctx, backend)
+        except Unavailable as exc:
+            bulk.unavailable = save.unavailable = str(exc)
+            continue
+        try:
+            for group, n, is_bulk in ((bulk, bulk_n, True), (save, save_n, False)):
+                run_group(
+                    group,
+                    [
+                        Contender(name, lambda m=model, n=n, b=is_bulk, s=setup: s.trial(m, n, b))
+                        for name, model in setup.models.items()
+                    ],
+                    ctx.n(3, 2),
+                    warmup=False,
+                    log=ctx.log,
+                )
+                group.notes.append(
+                    f"{n:,} rows per trial" + (f" in chunks of {CHUNK:,}" if is_bulk else "")
+                )
+        finally:
+            setup.close()
+        ratio = bulk.ratio(NATIVE)
+        if ratio and backend in ("sqlite", "postgres"):
+            mine = bulk.get(AUTOSEQ)
+            assert mine is not None
+            ctx.check(
+                f"issue 3: bulk_create of {bulk_n:,} rows >= 0.95x BigAutoField ({label})",
+                ratio[0] >= 0.95,
+                f"{ratio[0]:.2f}x (repeats {ratio[1]:.2f}..{ratio[2]:.2f}); "
+                f"{mine.median('reservations') or 0:.0f} reservations per trial",
+            )
+    return groups

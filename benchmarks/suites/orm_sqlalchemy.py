@@ -1,0 +1,188 @@
+"""ORM insert throughput, SQLAlchemy: autoseq's ``SequenceField`` vs the database's own key.
+
+Peers: ``autoincrement`` (SERIAL / AUTO_INCREMENT / SQLite rowid) and, on
+PostgreSQL, ``Identity()``. Two insert paths, each in chunks of 10,000 rows
+committed per chunk: the unit of work (``session.add_all`` + commit) and the
+ORM bulk insert (``session.execute(insert(Model), [dicts])``). Tables are
+emptied between trials (untimed) so every trial starts alike; after each
+trial the rows are counted and their keys checked for duplicates.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+from benchmarks.harness import Contender, Group, Sample, Unavailable, run_group, stopwatch
+from benchmarks.servers import BACKEND_LABELS, Context, unique_name
+
+CHUNK = 10_000
+
+
+def _integration() -> Any:
+    try:
+        import autoseq.sqlalchemy as integration
+    except ImportError as exc:
+        raise Unavailable(f"autoseq.sqlalchemy cannot be imported: {exc}") from exc
+    return integration
+
+
+class Setup:
+    """The models of one backend, on unique tables, and a sessionmaker with autoseq installed."""
+
+    def __init__(self, ctx: Context, backend: str) -> None:
+        import sqlalchemy as sa
+        from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
+
+        from autoseq.stores import SQLStore
+
+        integration = _integration()
+        self.backend = backend
+        self.engine = sa.create_engine(ctx.sql_url(backend))
+        self.store = SQLStore(self.engine, table=unique_name("sys"))
+        self.store.create_table()
+        big = sa.BigInteger().with_variant(sa.Integer(), "sqlite")  # SQLite: rowid alias
+
+        class Base(DeclarativeBase):
+            pass
+
+        def payload() -> dict[str, Any]:
+            return {
+                "name": mapped_column(sa.String(50)),
+                "amount": mapped_column(sa.Integer),
+                "__annotations__": {"id": Mapped[int], "name": Mapped[str], "amount": Mapped[int]},
+            }
+
+        self.models: dict[str, Any] = {}
+        self.models["autoseq SequenceField"] = type(
+            "AutoseqRow",
+            (Base,),
+            {
+                "__tablename__": unique_name("sa_autoseq"),
+                "id": integration.SequenceField(sequence=unique_name("s"), primary_key=True),
+                **payload(),
+            },
+        )
+        self.models["autoincrement"] = type(
+            "NativeRow",
+            (Base,),
+            {
+                "__tablename__": unique_name("sa_native"),
+                "id": mapped_column(big, primary_key=True, autoincrement=True),
+                **payload(),
+            },
+        )
+        if backend == "postgres":
+            self.models["Identity()"] = type(
+                "IdentityRow",
+                (Base,),
+                {
+                    "__tablename__": unique_name("sa_identity"),
+                    "id": mapped_column(sa.BigInteger, sa.Identity(), primary_key=True),
+                    **payload(),
+                },
+            )
+        self.metadata = Base.metadata
+        self.metadata.create_all(self.engine)
+        self.Session = sessionmaker(self.engine)
+        integration.install(self.Session, store=self.store)
+        self.integration = integration
+
+    def empty(self, model: Any) -> None:
+        import sqlalchemy as sa
+
+        with self.engine.begin() as connection:
+            connection.execute(sa.delete(model.__table__))
+
+    def verify(self, model: Any, n: int) -> None:
+        import sqlalchemy as sa
+
+        table = model.__table__
+        with self.engine.connect() as connection:
+            rows, keys = connection.execute(
+                sa.select(sa.func.count(), sa.func.count(sa.distinct(table.c.id)))
+            ).one()
+        if rows != n or keys != n:
+            raise AssertionError(f"{table.name}: {rows} rows, {keys} distinct keys, expected {n}")
+
+    def trial(self, model: Any, n: int, insert: Callable[[Any, Any, int], None]) -> Sample:
+        self.empty(model)
+        before = self.store.reservations
+        with stopwatch() as elapsed:
+            insert(self.Session, model, n)
+        reservations = self.store.reservations - before
+        self.verify(model, n)
+        return Sample(n, elapsed[0], {"reservations": reservations})
+
+    def close(self) -> None:
+        self.integration.uninstall(self.Session)
+        with contextlib.suppress(Exception):
+            self.metadata.drop_all(self.engine)
+        self.store.drop_table()
+        self.store.close()
+        self.engine.dispose()
+
+
+def unit_of_work(maker: Any, model: Any, n: int) -> None:
+    for start in range(0, n, CHUNK):
+        with maker() as session:
+            session.add_all(
+                [model(name=f"row {i}", amount=i) for i in range(start, min(n, start + CHUNK))]
+            )
+            session.commit()
+
+
+def orm_bulk(maker: Any, model: Any, n: int) -> None:
+    import sqlalchemy as sa
+
+    for start in range(0, n, CHUNK):
+        with maker() as session:
+            session.execute(
+                sa.insert(model),
+                [{"name": f"row {i}", "amount": i} for i in range(start, min(n, start + CHUNK))],
+            )
+            session.commit()
+
+
+PATHS = {"session.add_all + commit": unit_of_work, "ORM bulk insert(Model), [dicts]": orm_bulk}
+
+
+def run(ctx: Context) -> list[Group]:
+    n = ctx.n(100_000, 5_000)
+    groups: list[Group] = []
+    for backend in ("sqlite", "postgres", "mysql"):
+        label = BACKEND_LABELS[backend]
+        made = [
+            Group(
+                "orm",
+                f"SQLAlchemy {path}, {label}",
+                "rows/s",
+                subject="autoseq SequenceField",
+            )
+            for path in PATHS
+        ]
+        try:
+            setup = Setup(ctx, backend)
+        except Unavailable as exc:
+            for group in made:
+                group.unavailable = str(exc)
+            groups.extend(made)
+            continue
+        try:
+            for group, insert in zip(made, PATHS.values(), strict=True):
+                run_group(
+                    group,
+                    [
+                        Contender(name, lambda m=model, f=insert, s=setup: s.trial(m, n, f))
+                        for name, model in setup.models.items()
+                    ],
+                    ctx.n(3, 2),
+                    warmup=False,
+                    log=ctx.log,
+                )
+                group.notes.append(f"{n:,} rows per trial in chunks of {CHUNK:,}")
+        finally:
+            setup.close()
+        groups.extend(made)
+    return groups
