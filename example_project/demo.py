@@ -1,0 +1,195 @@
+"""The shop from scratch, orders from several processes (``python -m example_project``).
+
+Migrates a fresh SQLite database in a temporary directory, has each worker
+process insert orders through the Django ORM (``create()`` and
+``bulk_create()`` mixed), then checks every key and order number handed out
+for duplicates and prints what happened. If ``example_project.sqlalchemy_orders``
+exists, the same is done through the SQLAlchemy integration on its own file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import multiprocessing
+import os
+import queue
+import random
+import shutil
+import tempfile
+import time
+from typing import Any
+
+
+def setup(data_dir: str) -> None:
+    """Point the example's settings at ``data_dir`` and start Django."""
+    os.environ["AUTOSEQ_EXAMPLE_DIR"] = data_dir
+    os.environ["DJANGO_SETTINGS_MODULE"] = "example_project.settings"
+    import django
+
+    django.setup()
+
+
+def worker(data_dir: str, orders: int, seed: int, results: Any) -> None:
+    """One process: insert ``orders`` orders, a few at a time and in bulk; report back."""
+    setup(data_dir)
+    from django.db import connections
+
+    from autoseq_django import sequences
+    from example_project.orders.models import Order
+
+    rng = random.Random(seed)
+    ids: list[int] = []
+    numbers: list[int] = []
+    saves = bulks = 0
+    started = time.perf_counter()
+    while len(ids) < orders:
+        left = orders - len(ids)
+        if left < 50 or rng.random() < 0.4:
+            order = Order.objects.create(customer=f"c{rng.randrange(1000)}", total_cents=999)
+            made = [order]
+            saves += 1
+        else:
+            batch = [
+                Order(customer=f"c{rng.randrange(1000)}", total_cents=rng.randrange(100, 9999))
+                for _ in range(min(left, rng.randint(50, 400)))
+            ]
+            made = Order.objects.bulk_create(batch)
+            bulks += 1
+        ids.extend(order.pk for order in made)
+        numbers.extend(order.number for order in made)
+    elapsed = time.perf_counter() - started
+    stats = sequences.registry(sequences.sequence_database("default")).stats()
+    sequences.reset()  # hand unused tails back where no one reserved after us
+    connections.close_all()
+    results.put(
+        {
+            "pid": os.getpid(),
+            "ids": ids,
+            "numbers": numbers,
+            "saves": saves,
+            "bulk_creates": bulks,
+            "reservations": sum(int(s["reservations"]) for s in stats.values()),
+            "seconds": elapsed,
+        }
+    )
+
+
+def collect(results: Any, workers: list[Any]) -> list[dict[str, Any]] | None:
+    """Every worker's report, or None as soon as one died without reporting."""
+    reports: list[dict[str, Any]] = []
+    while len(reports) < len(workers):
+        try:
+            reports.append(results.get(timeout=0.5))
+        except queue.Empty:
+            if any(p.exitcode not in (None, 0) for p in workers):
+                return None
+    for process in workers:
+        process.join()
+    return reports
+
+
+def check_admin() -> str:
+    """Open the two admin lists as a superuser; their status codes."""
+    from django.contrib.auth.models import User
+    from django.test import Client
+
+    user = User.objects.create_superuser("admin", "admin@example.com", "admin")
+    client = Client()
+    client.force_login(user)
+    shown = []
+    for url in ("/admin/orders/order/", "/admin/autoseq/syssequence/"):
+        response = client.get(url)
+        shown.append(f"{url} {response.status_code}")
+        if response.status_code != 200:
+            raise SystemExit(f"admin page {url} answered {response.status_code}")
+    return ", ".join(shown)
+
+
+def run_django(data_dir: str, processes: int, orders: int) -> bool:
+    """The Django part; True when every check passed."""
+    setup(data_dir)
+    from django.core.management import call_command
+    from django.db import connections
+
+    from autoseq_django.models import SysSequence
+    from example_project.orders.models import Order
+
+    print(f"Django shop on SQLite in {data_dir}")
+    call_command("migrate", verbosity=0)
+    print("  migrate: example.db (orders), example.db.autoseq (sys_sequence)")
+    connections.close_all()
+
+    context = multiprocessing.get_context("spawn")
+    results = context.Queue()
+    workers = [
+        context.Process(target=worker, args=(data_dir, orders, seed, results))
+        for seed in range(processes)
+    ]
+    started = time.perf_counter()
+    for process in workers:
+        process.start()
+    reports = collect(results, workers)
+    elapsed = time.perf_counter() - started
+    if reports is None:
+        print("  a worker process failed")
+        return False
+
+    ids = [value for report in reports for value in report["ids"]]
+    numbers = [value for report in reports for value in report["numbers"]]
+    duplicates = (len(ids) - len(set(ids))) + (len(numbers) - len(set(numbers)))
+    rows = Order.objects.count()
+    saves = sum(report["saves"] for report in reports)
+    bulks = sum(report["bulk_creates"] for report in reports)
+    reservations = sum(report["reservations"] for report in reports)
+    print(
+        f"  {processes} processes inserted {len(ids):,} orders through the ORM "
+        f"({saves:,} create(), {bulks:,} bulk_create()) in {elapsed:.1f}s"
+    )
+    print(f"  rows in orders_order: {rows:,}; distinct keys: {len(set(ids)):,}")
+    print("  sequences (sys_sequence, as the admin shows them):")
+    for row in SysSequence.objects.all():
+        print(
+            f"    {row.name:<15} current={row.current:<8} step={row.step} "
+            f"batch_count={row.batch_count}"
+        )
+    print(f"  reservations: {reservations} (blocks of 200 and 500 values)")
+    print(f"  admin: {check_admin()}")
+    print(f"  duplicates found: {duplicates}")
+    return duplicates == 0 and rows == len(ids)
+
+
+def run_sqlalchemy(data_dir: str, processes: int, orders: int) -> bool:
+    """The SQLAlchemy part, when its module exists; True when it reported no duplicate."""
+    if importlib.util.find_spec("example_project.sqlalchemy_orders") is None:
+        return True
+    module = importlib.import_module("example_project.sqlalchemy_orders")
+    url = f"sqlite:///{os.path.join(data_dir, 'sqlalchemy_orders.db')}"
+    print(f"SQLAlchemy orders on SQLite in {data_dir}")
+    summary = module.run(url, processes=processes, orders_per_process=orders)
+    for key, value in summary.items():
+        print(f"  {key}: {value}")
+    return not any(value for key, value in summary.items() if "duplicate" in key)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m example_project", description=__doc__)
+    parser.add_argument("--processes", type=int, default=4)
+    parser.add_argument("--orders", type=int, default=2000, help="orders per process")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    parser.add_argument("--only", choices=("django", "sqlalchemy"), help="run one of the two parts")
+    args = parser.parse_args(argv)
+    data_dir = tempfile.mkdtemp(prefix="autoseq-example-")
+    try:
+        ok = True
+        if args.only != "sqlalchemy":
+            ok = run_django(data_dir, args.processes, args.orders)
+        if args.only != "django":
+            ok = run_sqlalchemy(data_dir, args.processes, args.orders) and ok
+    finally:
+        if args.keep:
+            print(f"files kept in {data_dir}")
+        else:
+            shutil.rmtree(data_dir, ignore_errors=True)
+    return 0 if ok else 1
