@@ -168,7 +168,7 @@ class SQLStore:
                 self._watchdog = True
         engine = sa.create_engine(self.url, **kwargs)
         if self.dialect == "sqlite":
-            self._sqlite_immediate(engine, private_memory)
+            self._sqlite_immediate(engine, private_memory, sqlite_timeout)
         elif self._watchdog:
             event.listen(engine, "connect", self._on_connect)
         return engine
@@ -187,7 +187,7 @@ class SQLStore:
             dbapi_connection.autocommit = autocommit
 
     @staticmethod
-    def _sqlite_immediate(engine: Engine, private_memory: bool) -> None:
+    def _sqlite_immediate(engine: Engine, private_memory: bool, sqlite_timeout: float) -> None:
         # pysqlite's own transaction handling begins lazily (and deferred);
         # take the write lock up front so two reservations serialize instead
         # of failing on a lock upgrade.
@@ -195,7 +195,7 @@ class SQLStore:
         def _connect(dbapi_connection: Any, _record: Any) -> None:
             dbapi_connection.isolation_level = None
             if not private_memory:
-                dbapi_connection.execute("PRAGMA journal_mode=WAL")
+                _enable_wal(dbapi_connection, sqlite_timeout)
 
         @event.listens_for(engine, "begin")
         def _begin(connection: Connection) -> None:
@@ -527,6 +527,30 @@ def _retryable(exc: DBAPIError) -> bool:
     if args and isinstance(args[0], int) and args[0] in (1205, 1213):
         return True
     return "database is locked" in str(orig).lower()
+
+
+def _enable_wal(dbapi_connection: Any, timeout: float) -> None:
+    """Put a SQLite file in WAL mode, waiting out connections doing the same.
+
+    The switch needs the file to itself, and two connections that both hold
+    a read lock while asking for it are a deadlock SQLite breaks at once with
+    "database is locked", without calling the busy handler. Several
+    processes opening a new file together hit exactly that, so the switch is
+    retried until ``timeout``. A file already in WAL mode is left alone.
+    """
+    deadline = time.monotonic() + timeout
+    pause = 0.005
+    while True:
+        try:
+            (mode,) = dbapi_connection.execute("PRAGMA journal_mode").fetchone()
+            if str(mode).lower() != "wal":
+                dbapi_connection.execute("PRAGMA journal_mode=WAL")
+            return
+        except Exception as exc:
+            if "locked" not in str(exc).lower() or time.monotonic() >= deadline:
+                raise
+        time.sleep(pause * random.uniform(0.5, 1.5))
+        pause = min(pause * 2, 0.2)
 
 
 def _first_line(exc: BaseException) -> str:
