@@ -56,3 +56,67 @@ def test_processes_switching_a_new_sqlite_file_to_wal_together_all_succeed(tmp_p
         worker.join(timeout=30)
     assert failures == []
     assert [worker.exitcode for worker in workers] == [0] * 6
+
+
+def _statements(store: Any) -> list[str]:
+    """Every SQL statement the store's engine sends from now on (first words, upper case)."""
+    from sqlalchemy import event
+
+    sent: list[str] = []
+
+    @event.listens_for(store.engine, "before_cursor_execute")
+    def _record(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        sent.append(" ".join(statement.split()).upper())
+
+    return sent
+
+
+def test_an_ordinary_reservation_is_one_statement(sql_store: Any, sql_backend: str) -> None:
+    """PostgreSQL and SQLite reserve with one UPDATE ... RETURNING; MariaDB locks the row first."""
+    from autoseq import SequenceConfig
+
+    sql_store.create(SequenceConfig("one-statement", start=10, step=5))
+    sent = _statements(sql_store)
+    block = sql_store.reserve("one-statement", 100)
+    sent = list(sent)
+    assert (block.first, block.last, block.step, block.count) == (10, 505, 5, 100)
+    assert block.row.current == 510
+    assert sql_store.read("one-statement").current == 510
+    data = [s for s in sent if not s.startswith(("SELECT 1", "BEGIN", "COMMIT"))]
+    if sql_backend == "mysql":
+        assert [s.split()[0] for s in data] == ["SELECT", "UPDATE"]
+        assert "FOR UPDATE" in data[0]
+    else:
+        assert len(data) == 1, data
+        assert data[0].startswith("UPDATE")
+        assert "RETURNING" in data[0]
+
+
+@pytest.mark.parametrize(
+    ("config", "count", "expected"),
+    [
+        # the last values before end: a partial block
+        ({"start": 1, "end": 30, "step": 10}, 5, (1, 21, 31)),
+        # a cycling row never takes the one-statement path
+        ({"start": 1, "end": 3, "cycle": True, "current": 3}, 2, (3, 3, 4)),
+        # a negative start: the one-statement path stays off, the row lock serves it
+        ({"start": -(2**62), "step": 2**61}, 3, (-(2**62), 0, 2**61)),
+        # steps so large that count * step leaves BIGINT: only the values that fit
+        ({"start": 0, "step": 2**61}, 10, (0, 2**62, 2**62 + 2**61)),
+    ],
+    ids=["partial-at-end", "cycle", "negative-start", "huge-step"],
+)
+def test_rows_the_one_statement_cannot_take_are_served_under_the_row_lock(
+    sql_store: Any, config: dict[str, Any], count: int, expected: tuple[int, int, int]
+) -> None:
+    """Rows the UPDATE ... RETURNING cannot take still get exactly plan_reservation's block."""
+    from autoseq import SequenceConfig
+    from autoseq.stores.base import plan_reservation
+
+    created = sql_store.create(SequenceConfig("edge", **config))
+    planned, _ = plan_reservation(created, count)
+    block = sql_store.reserve("edge", count)
+    assert (block.first, block.last, block.step) == (planned.first, planned.last, planned.step)
+    first, last, current = expected
+    assert (block.first, block.last) == (first, last)
+    assert sql_store.read("edge").current == current

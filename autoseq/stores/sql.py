@@ -16,6 +16,8 @@ in-memory database gets a private in-memory one.
 
 from __future__ import annotations
 
+import itertools
+import logging
 import os
 import random
 import re
@@ -23,7 +25,7 @@ import socket
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from typing import Any
@@ -35,7 +37,7 @@ from sqlalchemy.engine.url import URL
 from sqlalchemy.exc import DBAPIError, IntegrityError, NoSuchTableError, SQLAlchemyError
 from sqlalchemy.pool import QueuePool
 
-from autoseq.config import NAME_MAX_LENGTH, SequenceConfig, validate_name
+from autoseq.config import MAX_VALUE, NAME_MAX_LENGTH, SequenceConfig, validate_name
 from autoseq.errors import (
     InvalidSequenceConfig,
     ReservationConflict,
@@ -43,6 +45,8 @@ from autoseq.errors import (
     StoreUnavailable,
 )
 from autoseq.stores.base import Block, plan_reservation, reset_after_fork
+
+log = logging.getLogger("autoseq")
 
 _TABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 SIDECAR_SUFFIX = ".autoseq"
@@ -130,10 +134,12 @@ class SQLStore:
         self._table_ready = False
         self._sockets: weakref.WeakSet[Any] = weakref.WeakSet()
         self._watchdog = False
+        self._timers = _Watchdog(statement_timeout, self._shut_sockets)
         self._gate = _ForkGate(sqlite_timeout + 1.0)
         if self.dialect == "sqlite" and not private_memory:
             _gated.add(self)
         self.engine = self._make_engine(private_memory, connect_timeout, sqlite_timeout)
+        self._one_statement = _one_statement_reservation(self.table, self.engine)
         reset_after_fork(self)
 
     # engine ---------------------------------------------------------------
@@ -215,23 +221,15 @@ class SQLStore:
         if not self._watchdog:
             yield
             return
-        fired = threading.Event()
-
-        def expire() -> None:
-            fired.set()
-            self._shut_sockets()
-
-        timer = threading.Timer(self.statement_timeout, expire)
-        timer.daemon = True
-        timer.start()
+        token = self._timers.arm()
         try:
             yield
         except DBAPIError as exc:
-            if fired.is_set():
+            if self._timers.fired(token):
                 exc.autoseq_stalled = True  # type: ignore[attr-defined]  # read by _translate
             raise
         finally:
-            timer.cancel()
+            self._timers.disarm(token)
 
     def _shut_sockets(self) -> None:
         for dbapi_connection in list(self._sockets):
@@ -365,29 +363,15 @@ class SQLStore:
 
     def reserve(self, name: str, count: int) -> Block:
         validate_name(name)
-        t = self.table
         started = time.monotonic()
         gives_up = started + self.statement_timeout
         attempts = 0
         for attempt in range(self.max_retries):
             attempts += 1
             try:
-                with self._transaction() as connection:
-                    row = (
-                        connection.execute(sa.select(t).where(t.c.name == name).with_for_update())
-                        .mappings()
-                        .first()
-                    )
-                    if row is None:
-                        raise SequenceNotFound(name)
-                    block, new_current = plan_reservation(SequenceConfig.from_row(row), count)
-                    result = connection.execute(
-                        sa.update(t)
-                        .where(t.c.name == name, t.c.current == row["current"])
-                        .values(current=new_current, updated_at=_now())
-                    )
-                    if result.rowcount != 1:
-                        raise _Conflict
+                block = self._reserve_in_one_statement(name, count)
+                if block is None:
+                    block = self._reserve_under_row_lock(name, count)
                 self.reservations += 1
                 return block
             except _Conflict:
@@ -413,6 +397,56 @@ class SQLStore:
             "statement_timeout=...)",
             name=name,
         )
+
+    def _reserve_in_one_statement(self, name: str, count: int) -> Block | None:
+        """The common case in one round trip: ``UPDATE ... RETURNING``, autocommitted.
+
+        Only a row the statement can prove ordinary is touched: valid (the
+        checks of ``SequenceConfig.from_row``), not cycling, ``start`` not
+        negative (so no sum can overflow) and with ``count`` values left
+        before ``end``. Anything else (a missing row, the last values
+        before ``end``, a cycle, a row edited into an impossible state)
+        returns ``None`` untouched, for :meth:`_reserve_under_row_lock` to
+        handle or refuse. ``None`` too where the database has no
+        ``UPDATE ... RETURNING`` (MariaDB, SQLite before 3.35).
+        """
+        statement = self._one_statement
+        if statement is None or count < 1:
+            return None
+        params = {"seq_name": name, "count": count, "span": count - 1, "now": _now()}
+        if self.dialect == "postgresql":
+            with self._connection() as connection:
+                connection.execution_options(isolation_level="AUTOCOMMIT")
+                row = connection.execute(statement, params).mappings().first()
+        else:
+            with self._transaction() as connection:
+                row = connection.execute(statement, params).mappings().first()
+        if row is None:
+            return None
+        stored = SequenceConfig.from_row(row)
+        step, after = stored.step, stored.next_value
+        return Block(name, after - count * step, after - step, step, stored, False)
+
+    def _reserve_under_row_lock(self, name: str, count: int) -> Block:
+        """Any row: read it under ``SELECT ... FOR UPDATE``, plan in Python, compare-and-set."""
+        t = self.table
+        with self._transaction() as connection:
+            row = (
+                connection.execute(sa.select(t).where(t.c.name == name).with_for_update())
+                .mappings()
+                .first()
+            )
+            if row is None:
+                raise SequenceNotFound(name)
+            block, new_current = plan_reservation(SequenceConfig.from_row(row), count)
+            result = connection.execute(
+                sa.update(t)
+                .where(t.c.name == name, t.c.current == row["current"])
+                .values(current=new_current, updated_at=_now())
+            )
+            if result.rowcount != 1:
+                raise _Conflict
+        return block
 
     def release(self, block: Block) -> bool:
         t = self.table
@@ -441,11 +475,82 @@ class SQLStore:
         # Connections belong to the parent; the child opens its own (and
         # must never shut the parent's sockets down from its watchdog).
         self._sockets = weakref.WeakSet()
+        self._timers = _Watchdog(self.statement_timeout, self._shut_sockets)
         self._gate = _ForkGate(self._gate.timeout)
         self.engine.dispose(close=False)
 
     def close(self) -> None:
         self.engine.dispose()
+
+
+class _Watchdog:
+    """Calls ``expire`` when an armed operation runs past ``timeout`` seconds.
+
+    One thread serves every operation of a store (instead of a timer thread
+    started per operation, which cost as much as a round trip), and exits
+    after a few idle seconds; the next ``arm`` starts another.
+    """
+
+    IDLE = 5.0
+
+    def __init__(self, timeout: float, expire: Callable[[], None]) -> None:
+        self.timeout = timeout
+        self._expire = expire
+        self._cond = threading.Condition()
+        self._armed: dict[int, float] = {}  # token -> deadline, in arming order
+        self._fired: set[int] = set()
+        self._tokens = itertools.count()
+        self._running = False
+
+    def arm(self) -> int:
+        with self._cond:
+            token = next(self._tokens)
+            self._armed[token] = time.monotonic() + self.timeout
+            if not self._running:
+                self._running = True
+                threading.Thread(target=self._run, name="autoseq-sql-watchdog", daemon=True).start()
+            elif len(self._armed) == 1:
+                self._cond.notify()
+            return token
+
+    def fired(self, token: int) -> bool:
+        """True when ``token`` overran and ``expire`` was called for it."""
+        with self._cond:
+            return token in self._fired
+
+    def disarm(self, token: int) -> None:
+        with self._cond:
+            self._armed.pop(token, None)
+            self._fired.discard(token)
+
+    def _run(self) -> None:
+        cond = self._cond
+        with cond:
+            while True:
+                if not self._armed:
+                    cond.wait(self.IDLE)
+                    if not self._armed:
+                        self._running = False
+                        return
+                    continue
+                # Deadlines grow with arming order: the first is the earliest.
+                deadline = next(iter(self._armed.values()))
+                wait = deadline - time.monotonic()
+                if wait > 0:
+                    cond.wait(wait)
+                    continue
+                now = time.monotonic()
+                late = [t for t, d in self._armed.items() if d <= now]
+                for t in late:
+                    del self._armed[t]
+                    self._fired.add(t)
+                cond.release()
+                try:
+                    self._expire()
+                except Exception:  # waking sockets is best effort
+                    log.debug("autoseq: shutting stalled sockets failed", exc_info=True)
+                finally:
+                    cond.acquire()
 
 
 class _ForkGate:
@@ -527,6 +632,51 @@ def _retryable(exc: DBAPIError) -> bool:
     if args and isinstance(args[0], int) and args[0] in (1205, 1213):
         return True
     return "database is locked" in str(orig).lower()
+
+
+def _one_statement_reservation(table: sa.Table, engine: Engine) -> sa.Update | None:
+    """``UPDATE ... RETURNING`` taking ``:count`` values of an ordinary row, or None.
+
+    Every comparison is written so no intermediate sum can leave the BIGINT
+    range (``start >= 0``, divisions instead of products), and the new
+    ``current`` is at most ``2**63 - 1 - step`` by the last condition, so
+    the database never raises an overflow and never stores a value
+    ``SequenceConfig`` would refuse.
+    """
+    dialect = engine.dialect.name
+    if dialect == "sqlite":
+        import sqlite3
+
+        if sqlite3.sqlite_version_info < (3, 35):
+            return None
+    elif dialect != "postgresql":
+        return None  # MariaDB and MySQL have no UPDATE ... RETURNING
+    c = table.c
+    span = sa.bindparam("span", type_=sa.BigInteger)
+    top = sa.literal(MAX_VALUE, sa.BigInteger) - c.step  # never overflows: step >= 1
+    return (
+        sa.update(table)
+        .where(
+            c.name == sa.bindparam("seq_name", type_=c.name.type),
+            c.cycle == sa.false(),
+            c.step >= 1,
+            c.batch_count >= 1,
+            c.start >= 0,
+            c.start <= c.end,
+            c.start <= top,
+            c.current >= c.start,
+            c.current <= c.end,
+            c.current <= top,
+            (c.current - c.start) % c.step == 0,
+            (c.end - c.current) // c.step >= span,
+            (top - c.current) // c.step >= span,
+        )
+        .values(
+            current=c.current + sa.bindparam("count", type_=sa.BigInteger) * c.step,
+            updated_at=sa.bindparam("now", type_=c.updated_at.type),
+        )
+        .returning(*c)
+    )
 
 
 def _enable_wal(dbapi_connection: Any, timeout: float) -> None:
