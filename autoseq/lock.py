@@ -166,6 +166,21 @@ class SequenceLock:
             return []
         return self._take(n)
 
+    def peek(self) -> int | None:
+        """The value ``next()`` would serve now from memory, without taking it; None if none.
+
+        Read under the sequence's lock, so it is a value this process really
+        holds (another thread may take it right after).
+        """
+        with self._lock:
+            if self._pid != os.getpid():
+                return None  # the parent's blocks are not this process's
+            if self._next <= self._last:
+                return self._next
+            if self._blocks:
+                return self._blocks[0].first
+        return None
+
     def _take(self, n: int) -> list[int]:
         out: list[int] = []
         with self._cond:

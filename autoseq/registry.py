@@ -99,11 +99,29 @@ class SequenceRegistry:
             locks = list(self._locks.values())
         return {lock.name: lock.stats() for lock in locks}
 
-    def close(self, *, release: bool = True) -> None:
-        """Close every lock (handing unused tails back) and then the store."""
+    def discard(self, name: str, *, release: bool = False) -> bool:
+        """Close and forget ``name``'s lock, so the next use reads its row again.
+
+        For after ``current`` was moved by hand: the buffered values predate
+        the move. ``release=False`` (the default) keeps them away from the
+        store, since handing them back could undo the move. True if there
+        was a lock.
+        """
+        with self._guard:
+            lock = self._locks.pop(name, None)
+        if lock is not None:
+            lock.close(release=release)
+        return lock is not None
+
+    def close_locks(self, *, release: bool = True) -> None:
+        """Close every lock (handing unused tails back) and keep the store open."""
         with self._guard:
             locks = list(self._locks.values())
             self._locks.clear()
         for lock in locks:
             lock.close(release=release)
+
+    def close(self, *, release: bool = True) -> None:
+        """Close every lock (handing unused tails back) and then the store."""
+        self.close_locks(release=release)
         self.store.close()

@@ -200,11 +200,7 @@ def lock(config: SequenceConfig, write_alias: str) -> SequenceLock:
 
 def forget(alias: str, name: str) -> None:
     """Drop this process's buffered values of ``name`` (after ``current`` was moved)."""
-    found = registry(alias)
-    with found._guard:
-        cached = found._locks.pop(name, None)
-    if cached is not None:
-        cached.close(release=False)
+    registry(alias).discard(name)
 
 
 def disconnect_servers() -> None:
@@ -237,8 +233,4 @@ def reset() -> None:
         if id(found.store) not in kept:
             found.close()
             continue
-        with found._guard:
-            locks = list(found._locks.values())
-            found._locks.clear()
-        for cached in locks:
-            cached.close()
+        found.close_locks()

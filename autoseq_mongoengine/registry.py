@@ -86,14 +86,7 @@ class Sequences:
         lock = entry.locks.get(name) if entry is not None else None
         if lock is None:
             return None
-        # SequenceLock has no public peek; its block state is read under its
-        # own lock so the answer is a value it would really serve next.
-        with lock._lock:
-            if lock._next <= lock._last:
-                return lock._next
-            if lock._blocks:
-                return lock._blocks[0].first
-        return None
+        return lock.peek()
 
     def forget(self, alias: str, collection: str, name: str) -> None:
         """Drop this process's buffered values of ``name`` (after its row was moved)."""

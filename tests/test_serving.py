@@ -369,3 +369,30 @@ def test_slow_sequence_does_not_delay_another() -> None:
     registry.close()
     assert values == list(range(1, 1001))
     assert elapsed < 1.0
+
+
+def test_peek_shows_the_next_value_without_taking_it() -> None:
+    """peek() is what next() serves next; None before any block and after the buffer runs dry."""
+    lock, store = make(SequenceConfig("peek", batch_count=3), prefetch=False)
+    assert lock.peek() is None
+    assert store.reservations == 0  # peeking never reserves
+    assert lock.next() == 1
+    assert lock.peek() == 2
+    assert lock.peek() == 2
+    assert lock.next_many(2) == [2, 3]
+    assert lock.peek() is None
+    assert lock.next() == 4
+
+
+def test_discard_drops_buffered_values_so_a_moved_row_is_read_again() -> None:
+    """After current is moved by hand, discard() makes the next value come from the new row."""
+    store = MemoryStore()
+    registry = SequenceRegistry(store)
+    registry.register(SequenceConfig("moved", batch_count=100))
+    assert registry.next("moved") == 1
+    store.update(store.read("moved").with_current(5000))  # type: ignore[union-attr]
+    assert registry.next("moved") == 2  # still the buffered block
+    assert registry.discard("moved") is True
+    assert registry.discard("moved") is False
+    assert registry.register(SequenceConfig("moved")).next() == 5000
+    assert store.read("moved").current > 5000  # type: ignore[union-attr]
