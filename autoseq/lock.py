@@ -124,6 +124,7 @@ class SequenceLock:
         self._retry_at = 0.0
         self._backoff = 0.0
         self._block_size = self._floor if self._batch else 1
+        self._demand = 1  # values the latest call that reached the slow path asked for
         self._worker: threading.Thread | None = None
         self._wake = threading.Event()
         self._reservations = 0
@@ -189,6 +190,7 @@ class SequenceLock:
                 return self._take(n)
             if self._closed:
                 raise AutoseqError(f"sequence {self.name!r}: the lock is closed")
+            self._demand = n
             deadline = time.monotonic() + self.policy.wait_timeout
             while len(out) < n:
                 if self._next <= self._last:
@@ -282,8 +284,7 @@ class SequenceLock:
                 f"retrying in {self._retry_at - now:.2f}s",
                 name=self.name,
             ) from self._error
-        size = self._block_size
-        count = -(-shortfall // size) * size if shortfall > size else size
+        count = self._reservation_size(shortfall)
         self._loading = True
         self._lock.release()
         try:
@@ -301,6 +302,20 @@ class SequenceLock:
             self._blocks.append(block)
         self._cond.notify_all()
         return block
+
+    def _reservation_size(self, shortfall: int) -> int:
+        """Whole blocks covering ``shortfall``; with prefetching, two of the latest bulks too.
+
+        A caller asking for bulk after bulk (``next_many(1000)`` in a loop,
+        say) would otherwise empty every block it is given and wait on the
+        store at each call; a buffer of two bulks lets every other call be
+        served from memory while the next reservation is in flight.
+        """
+        size = self._block_size
+        want = shortfall
+        if self._batch and self.policy.prefetch:
+            want = max(want, 2 * self._demand)
+        return max(size, -(-want // size) * size)
 
     def _reserve(self, count: int, *, prefetch: bool) -> Block:
         """One store round trip, outside the lock; records what happened."""
@@ -409,7 +424,7 @@ class SequenceLock:
                     self._loading = False
                     self._cond.notify_all()
                     return
-                count = self._block_size
+                count = self._reservation_size(0)
             try:
                 block = self._reserve(count, prefetch=True)
             except Exception as exc:  # noqa: BLE001 - reported, retried later

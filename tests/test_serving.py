@@ -396,3 +396,14 @@ def test_discard_drops_buffered_values_so_a_moved_row_is_read_again() -> None:
     assert registry.discard("moved") is False
     assert registry.register(SequenceConfig("moved")).next() == 5000
     assert store.read("moved").current > 5000  # type: ignore[union-attr]
+
+
+def test_bulk_after_bulk_waits_on_the_store_for_every_other_call_at_most() -> None:
+    """next_many(1000) in a loop keeps two bulks buffered: half as many reservations as calls."""
+    lock, store = make(SequenceConfig("bulks", batch_count=100), delay=0.002)
+    values: list[int] = []
+    for _ in range(40):
+        values += lock.next_many(1000)
+    assert values == list(range(1, 40_001))
+    assert store.reservations <= 40 // 2 + 2
+    assert lock.stats()["caller_waits"] <= 40 // 2 + 2
