@@ -19,6 +19,7 @@ nothing. A value the user set is kept.
 
 from __future__ import annotations
 
+import dataclasses
 import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -79,7 +80,16 @@ class SequenceField(BaseField):  # type: ignore[misc]
         self.batch, self.batch_count, self.cycle = batch, batch_count, cycle
         self.policy = policy
         self._resolved_name: str | None = None
-        self._config(sequence_name or "placeholder")  # refuse bad settings at declaration
+        # Refuses bad settings at declaration; each row's config is a copy renamed.
+        self._template = SequenceConfig(
+            sequence_name or "placeholder",
+            start=start,
+            end=end,
+            step=step,
+            batch=batch,
+            batch_count=batch_count,
+            cycle=cycle,
+        )
         super().__init__(*args, **kwargs)
 
     # naming -----------------------------------------------------------------
@@ -97,20 +107,9 @@ class SequenceField(BaseField):  # type: ignore[misc]
         """The ``_id`` mongoengine's own SequenceField would use in ``mongoengine.counters``."""
         return f"{self.sequence_name or owner_base_name(self.owner_document)}.{self.name}"
 
-    def _config(self, name: str) -> SequenceConfig:
-        return SequenceConfig(
-            name,
-            start=self.start,
-            end=self.end,
-            step=self.step,
-            batch=self.batch,
-            batch_count=self.batch_count,
-            cycle=self.cycle,
-        )
-
     def sequence_config(self) -> SequenceConfig:
         """The row this field creates when its sequence does not exist yet."""
-        return self._config(self.get_sequence_name())
+        return dataclasses.replace(self._template, name=self.get_sequence_name())
 
     def store(self) -> MongoStore:
         """The store holding this field's sequence (on the field's connection alias)."""
