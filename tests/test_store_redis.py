@@ -282,6 +282,44 @@ def test_rows_edited_by_hand_are_refused(
         _peer(redis_store).read("edited")
 
 
+@pytest.mark.parametrize(
+    ("start", "step", "k", "off"),
+    [
+        (1, 2, 3, 1),
+        (-(2**62), 2**61 + 7, 2, 1),  # a remainder past 2**53
+        (5, 999_999_999_989, 9_000, 999_999_999_988),  # ten times the remainder > 2**53
+        (0, 2**62 + 1, 0, 2**62),  # one below the next grid value
+    ],
+)
+def test_current_off_the_step_grid_is_refused_before_anything_is_written(
+    redis_store: RedisStore, start: int, step: int, k: int, off: int
+) -> None:
+    """A warm store's script refuses current = start + k * step + off unwritten; k * step serves."""
+    redis_store.create(SequenceConfig("grid", start=start, step=step))
+    redis_store.reserve("grid", 1)  # the plan is cached: the script alone must catch the edit
+    key = redis_store.key("grid")
+    on_grid = start + k * step
+    redis_store.client.hset(key, "current", str(on_grid + off))
+    with pytest.raises(InvalidSequenceConfig, match="'grid'.*current"):
+        redis_store.reserve("grid", 1)
+    assert redis_store.client.hget(key, "current") == str(on_grid + off).encode()
+    redis_store.client.hset(key, "current", str(on_grid))
+    assert redis_store.reserve("grid", 1).first == on_grid
+
+
+def test_batch_count_edited_to_zero_is_refused_before_anything_is_written(
+    redis_store: RedisStore,
+) -> None:
+    """A warm store (its plan cached) still refuses a row whose batch_count became 0."""
+    redis_store.create(SequenceConfig("warm"))
+    redis_store.reserve("warm", 5)
+    key = redis_store.key("warm")
+    redis_store.client.hset(key, "batch_count", "0")
+    with pytest.raises(InvalidSequenceConfig, match="'warm'.*batch_count"):
+        redis_store.reserve("warm", 5)
+    assert redis_store.client.hget(key, "current") == b"6"
+
+
 def test_decoding_client_is_accepted(redis_store: RedisStore) -> None:
     """A caller's client with decode_responses=True works like any other."""
     client = redis.Redis.from_url(REDIS_URL, decode_responses=True)

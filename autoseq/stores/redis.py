@@ -14,13 +14,16 @@ store in one cluster slot, so the create script may touch two keys.
 
 A reservation is one ``EVALSHA``. Redis's Lua (5.1) computes in doubles,
 exact only below 2**53, while a row holds 64-bit values; so the script only
-adds, subtracts and compares, on numbers split into two exact halves. What
-needs division or multiplication (the last value a row can hand out,
-``(count - 1) * step``) is computed in Python from the row's settings, and
-the script first checks, byte for byte, that the stored start, end, step and
-cycle are still the ones Python planned with; if not, it hands the row back
-and Python plans again. ``current`` itself is read and written inside the
-script, so concurrent reservations never retry. The blocks equal
+adds, subtracts and compares, on numbers split into two exact halves (its
+one remainder, the step-grid check of ``current``, is long division done
+with additions). What needs division or multiplication (the last value a
+row can hand out, ``(count - 1) * step``) is computed in Python from the
+row's settings, and the script first checks, byte for byte, that the stored
+start, end, step, cycle, batch and batch_count are still the ones Python
+validated and planned with; if not, it hands the row back and Python plans
+again (or refuses the row) before anything is written. ``current`` itself
+is read and written inside the script, so concurrent reservations never
+retry. The blocks equal
 ``plan_reservation``'s exactly (tests/test_store_redis.py checks that on
 randomized rows).
 
@@ -60,7 +63,7 @@ log = logging.getLogger("autoseq")
 
 _PREFIX = re.compile(r"[A-Za-z0-9_.\-]{1,100}")
 _INTEGER = re.compile(rb"-?[0-9]{1,20}")
-_PLAN_FIELDS = (b"start", b"end", b"step", b"cycle")
+_PLAN_FIELDS = (b"start", b"end", b"step", b"cycle", b"batch", b"batch_count")
 _INT_FIELDS = ("start", "end", "step", "current", "batch_count")
 _FLAGS = {b"1": True, b"0": False}
 #: Any span this large reaches the last value: a row spans less than 2**64.
@@ -115,41 +118,56 @@ local function str(a)
   if hi == 0 then return sign .. string.format('%d', lo) end
   return sign .. string.format('%d%09d', hi, lo)
 end
+local function mod(a, m)
+  -- a mod m for 0 <= a and 0 < m, digit by digit: the remainder stays
+  -- below m, and ten times it is built from additions, so nothing is lost.
+  local r = {0, 0}
+  for c in string.gmatch(str(a), '%d') do
+    local r2 = add(r, r)
+    local r4 = add(r2, r2)
+    r = add(add(add(r4, r4), r2), {0, tonumber(c)})
+    while cmp(r, m) >= 0 do r = sub(r, m) end
+  end
+  return r
+end
 """
 
-# KEYS[1] the row. ARGV: start, end, step, cycle as Python read them (raw);
-# the row's last value; (count - 1) * step, capped; '1' to wrap; now. The
-# reply carries what Python does not know yet to rebuild the row: current,
-# batch and batch_count (the fields compared are the ones it sent).
+# KEYS[1] the row. ARGV: start, end, step, cycle, batch, batch_count as
+# Python read them (raw); the row's last value; (count - 1) * step, capped;
+# '1' to wrap; now. A row whose settings differ goes back to Python (which
+# validates them before planning again), and a current off [start, last +
+# step] or off the step grid is refused before anything is written. The
+# reply carries what Python does not know yet: the block and the new current.
 _RESERVE = (
     _LUA_INTEGERS
     + """
 local key = KEYS[1]
-local row = redis.call('HMGET', key, 'start', 'end', 'step', 'cycle', 'current', 'batch',
-                       'batch_count')
-if not row[5] then
+local row = redis.call('HMGET', key, 'start', 'end', 'step', 'cycle', 'batch', 'batch_count',
+                       'current')
+if not row[7] then
   if redis.call('EXISTS', key) == 0 then return {'missing'} end
   return {'invalid', redis.call('HGETALL', key)}
 end
-for i = 1, 4 do
+for i = 1, 6 do
   if row[i] ~= ARGV[i] then return {'stale', redis.call('HGETALL', key)} end
 end
-local start, step, last = int(row[1]), int(row[3]), int(ARGV[5])
-local current = int(row[5])
-if not current or cmp(current, start) < 0 or cmp(current, add(last, step)) > 0 then
+local start, step, last = int(row[1]), int(row[3]), int(ARGV[7])
+local current = int(row[7])
+if not current or cmp(current, start) < 0 or cmp(current, add(last, step)) > 0
+   or cmp(mod(sub(current, start), step), {0, 0}) ~= 0 then
   return {'invalid', redis.call('HGETALL', key)}
 end
 local first, cycled = current, 0
 if cmp(first, last) > 0 then
-  if ARGV[7] ~= '1' then return {'exhausted', row[5]} end
+  if ARGV[9] ~= '1' then return {'exhausted', row[7]} end
   first, cycled = start, 1
 end
 local stop = last
-local span = int(ARGV[6])
+local span = int(ARGV[8])
 if cmp(span, sub(last, first)) < 0 then stop = add(first, span) end
 local new_current = str(add(stop, step))
-redis.call('HSET', key, 'current', new_current, 'updated_at', ARGV[8])
-return {'ok', str(first), str(stop), new_current, cycled, row[6], row[7]}
+redis.call('HSET', key, 'current', new_current, 'updated_at', ARGV[10])
+return {'ok', str(first), str(stop), new_current, cycled}
 """
 )
 
@@ -392,7 +410,7 @@ class RedisStore:
             raise InvalidSequenceConfig(f"cannot reserve {count!r} values; ask for 1 or more")
         plan = self._plans.get(name)
         for _ in range(_MAX_REPLANS):
-            config, raw_settings = plan if plan is not None else (None, [b""] * 4)
+            config, raw_settings = plan if plan is not None else (None, [b""] * len(_PLAN_FIELDS))
             args: list[bytes | str | int] = [*raw_settings]
             if config is not None:
                 span = min((count - 1) * config.step, _SPAN_CAP)
@@ -407,8 +425,6 @@ class RedisStore:
             if status == b"ok":
                 raw = dict(zip(_PLAN_FIELDS, raw_settings, strict=True))
                 raw[b"current"] = _bytes(reply[3])
-                raw[b"batch"] = _bytes(reply[5] or b"")
-                raw[b"batch_count"] = _bytes(reply[6] or b"")
                 raw[b"updated_at"] = _bytes(args[-1])
                 row = self._decode(name, raw)
                 self.reservations += 1
@@ -427,7 +443,7 @@ class RedisStore:
             self._decode(name, _pairs(reply[1]))
             raise InvalidSequenceConfig(
                 f"stored sys_sequence row {name!r} in Redis is invalid: current is outside "
-                "[start, end]; fix it with `autoseq set`"
+                "[start, end] or not start + k * step; fix it with `autoseq set`"
             )
         raise ReservationConflict(
             f"sequence {name!r}: its settings changed {_MAX_REPLANS} times while reserving; "

@@ -285,12 +285,7 @@ CASES = [
 
 
 #: Known store bugs, (store, case) -> why; strict, so a fix shows up as XPASS.
-KNOWN = {
-    ("redis", "row-current-off-step"): "RedisStore's script reserves from a current off the "
-    "step grid (its Lua cannot divide) and writes before Python refuses the row",
-    ("redis", "row-batch-count-zero"): "RedisStore's script does not check batch/batch_count "
-    "before writing; Python refuses the row after the reservation was stored",
-}
+KNOWN: dict[tuple[str, str], str] = {}
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
