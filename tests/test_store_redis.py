@@ -300,7 +300,7 @@ def test_current_off_the_step_grid_is_refused_before_anything_is_written(
     key = redis_store.key("grid")
     on_grid = start + k * step
     redis_store.client.hset(key, "current", str(on_grid + off))
-    with pytest.raises(InvalidSequenceConfig, match="'grid'.*current"):
+    with pytest.raises(InvalidSequenceConfig, match=r"'grid'.*current"):
         redis_store.reserve("grid", 1)
     assert redis_store.client.hget(key, "current") == str(on_grid + off).encode()
     redis_store.client.hset(key, "current", str(on_grid))
@@ -315,7 +315,7 @@ def test_batch_count_edited_to_zero_is_refused_before_anything_is_written(
     redis_store.reserve("warm", 5)
     key = redis_store.key("warm")
     redis_store.client.hset(key, "batch_count", "0")
-    with pytest.raises(InvalidSequenceConfig, match="'warm'.*batch_count"):
+    with pytest.raises(InvalidSequenceConfig, match=r"'warm'.*batch_count"):
         redis_store.reserve("warm", 5)
     assert redis_store.client.hget(key, "current") == b"6"
 
