@@ -88,6 +88,14 @@ class SequenceRegistry:
         lock = self._locks.get(name) if isinstance(name, str) else None
         return (lock or self.get(name)).next_many(n)
 
+    def peek(self, name: str) -> int | None:
+        """The value ``name``'s lock would serve next from memory; None if none or no lock.
+
+        Never reads the store nor creates a lock: see :meth:`SequenceLock.peek`.
+        """
+        lock = self._locks.get(name) if isinstance(name, str) else None
+        return lock.peek() if lock is not None else None
+
     def names(self) -> list[str]:
         """Names with a lock in this registry."""
         with self._guard:

@@ -389,7 +389,10 @@ def test_discard_drops_buffered_values_so_a_moved_row_is_read_again() -> None:
     store = MemoryStore()
     registry = SequenceRegistry(store)
     registry.register(SequenceConfig("moved", batch_count=100))
+    assert registry.peek("absent") is None  # no lock, and none is made
+    assert registry.names() == ["moved"]
     assert registry.next("moved") == 1
+    assert registry.peek("moved") == 2
     store.update(store.read("moved").with_current(5000))  # type: ignore[union-attr]
     assert registry.next("moved") == 2  # still the buffered block
     assert registry.discard("moved") is True
