@@ -272,14 +272,19 @@ def install(
     ``target``: the ``Session`` class (every session, and Core on any engine),
     a ``Session`` subclass, a ``sessionmaker`` (its sessions, and its bound
     engine), a ``scoped_session``, or an ``Engine`` (Core on it, and sessions
-    bound to it). The most specific installation wins: session class or
-    maker, then engine, then ``Session``. ``store`` / ``registry`` default to
+    bound to it); or the asyncio counterparts ``AsyncSession``,
+    ``async_sessionmaker``, ``async_scoped_session``, ``AsyncEngine``, which
+    cover what their sync side does. With an async driver the store reserves
+    through the matching sync driver (see :func:`autoseq.stores.sql.store_url`).
+    The most specific installation wins: session class or maker, then engine,
+    then ``Session``. ``store`` / ``registry`` default to
     ``SQLStore`` on the bind's database; ``auto_create=False`` makes a missing
     ``sys_sequence`` row raise ``SequenceNotFound`` instead of creating it.
     Installing the same target again replaces its settings.
     """
     installation = _Installation(store, registry, auto_create, policy)
     _listen_once()
+    target = _sync_side(target)
     if isinstance(target, scoped_session):
         target = target.session_factory
     if isinstance(target, sessionmaker):
@@ -298,12 +303,13 @@ def install(
     else:
         raise InvalidSequenceConfig(
             f"install() needs the Session class, a sessionmaker, a scoped_session or an "
-            f"Engine, got {type(target).__name__}"
+            f"Engine (or their asyncio counterparts), got {type(target).__name__}"
         )
 
 
 def uninstall(target: Any) -> None:
     """Undo ``install(target)`` (listeners stay, but no longer cover ``target``)."""
+    target = _sync_side(target)
     if isinstance(target, scoped_session):
         target = target.session_factory
     if isinstance(target, sessionmaker):
@@ -319,8 +325,41 @@ def uninstall(target: Any) -> None:
         _engine_installs.pop(_engine_of(getattr(target, "sync_engine", target)), None)
 
 
-def get_registry(target: Session | Engine | Connection) -> SequenceRegistry:
-    """The registry that serves inserts under ``target`` (to read ``stats()``, count...)."""
+def _sync_side(target: Any) -> Any:
+    """What an asyncio target stands for on the sync side, where SQLAlchemy fires events.
+
+    An ``AsyncSession`` runs a sync ``Session`` (its ``sync_session_class``)
+    and an ``AsyncEngine`` a sync ``Engine``, so ``async_sessionmaker`` maps
+    to a ``sessionmaker`` of that class on the sync engine, and so on. Other
+    targets come back unchanged. Nothing asyncio is imported for them.
+    """
+    kind = type(target).__name__
+    if kind == "async_scoped_session":
+        target = target.session_factory
+        kind = type(target).__name__
+    if kind == "async_sessionmaker":
+        bind = target.kw.get("bind")
+        return sessionmaker(
+            bind=getattr(bind, "sync_engine", bind),
+            class_=target.kw.get("sync_session_class") or target.class_.sync_session_class,
+        )
+    sync_class = getattr(target, "sync_session_class", None) if isinstance(target, type) else None
+    if isinstance(sync_class, type):
+        return sync_class  # AsyncSession or a subclass
+    sync_session = getattr(target, "sync_session", None)
+    if isinstance(sync_session, Session):
+        return sync_session  # an AsyncSession instance
+    return target
+
+
+def get_registry(target: Any) -> SequenceRegistry:
+    """The registry that serves inserts under ``target`` (to read ``stats()``, count...).
+
+    ``target``: a ``Session``, ``Engine`` or ``Connection``, or their asyncio
+    counterparts.
+    """
+    target = _sync_side(target)
+    target = getattr(target, "sync_connection", None) or getattr(target, "sync_engine", target)
     if isinstance(target, Session):
         engine = _engine_of(target.get_bind())
         installation = _for_session(target, engine)

@@ -79,8 +79,27 @@ def sequence_table(name: str = "sys_sequence", metadata: sa.MetaData | None = No
     )
 
 
+#: The sync driver a store uses where the application's URL names an asyncio
+#: one: a reservation is a short blocking round trip, made mostly by the
+#: prefetch thread, so it needs no event loop. Driver-specific query options
+#: do not carry over; give ``SQLStore`` a sync URL of your own for those.
+SYNC_DRIVERS = {
+    "aiosqlite": "pysqlite",
+    "asyncpg": "psycopg",
+    "psycopg_async": "psycopg",
+    "aiomysql": "pymysql",
+    "asyncmy": "pymysql",
+}
+
+
 def store_url(url: URL) -> tuple[URL, bool]:
-    """Where the store keeps its table for an application URL; True when private memory."""
+    """Where the store keeps its table for an application URL; True when private memory.
+
+    An asyncio driver is swapped for its sync counterpart (``SYNC_DRIVERS``).
+    """
+    sync_driver = SYNC_DRIVERS.get(url.get_driver_name())
+    if sync_driver is not None:
+        url = url.set(drivername=f"{url.get_backend_name()}+{sync_driver}")
     if url.get_backend_name() != "sqlite":
         return url, False
     database = url.database or ""
@@ -116,6 +135,7 @@ class SQLStore:
         statement_timeout: float = 10.0,
     ) -> None:
         self.table_name = validate_table_name(table)
+        engine_or_url = getattr(engine_or_url, "sync_engine", engine_or_url)  # an AsyncEngine
         if isinstance(engine_or_url, Engine):
             app_url = engine_or_url.url
         elif isinstance(engine_or_url, (str, URL)):

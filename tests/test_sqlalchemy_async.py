@@ -1,0 +1,184 @@
+"""The SQLAlchemy integration under asyncio: AsyncSession, async_sessionmaker, AsyncEngine.
+
+Real async drivers on each server (aiosqlite, asyncpg, aiomysql); the store
+reserves through the matching sync driver. Every insert path of the sync
+suite runs here too: add + commit, add_all, ORM bulk insert, Core insert,
+an explicit key, and a rollback followed by more rows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from backends import unique_table
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from autoseq import SequenceRegistry
+from autoseq.sqlalchemy import SequenceField, close_registries, get_registry, install, uninstall
+from autoseq.stores.sql import SQLStore, store_url
+
+pytest.importorskip("sqlalchemy.ext.asyncio")
+from sqlalchemy.ext.asyncio import (
+    AsyncSession,
+    async_scoped_session,
+    async_sessionmaker,
+    create_async_engine,
+)
+
+ASYNC_DRIVERS = {"sqlite": "aiosqlite", "postgresql": "asyncpg", "mysql": "aiomysql"}
+
+
+def async_url(db_url: str) -> str:
+    url = make_url(db_url)
+    driver = ASYNC_DRIVERS[url.get_backend_name()]
+    pytest.importorskip(driver)
+    return url.set(drivername=f"{url.get_backend_name()}+{driver}").render_as_string(
+        hide_password=False
+    )
+
+
+def make_order() -> tuple[type[DeclarativeBase], Any]:
+    table_name = unique_table("aorders")
+
+    class Base(DeclarativeBase):
+        pass
+
+    class Order(Base):
+        __tablename__ = table_name
+        id: Mapped[int] = SequenceField(primary_key=True, batch_count=50)
+        name: Mapped[str] = mapped_column(sa.String(40), default="")
+
+    return Base, Order
+
+
+def run(db_url: str, body: Callable[[Any, Any, type[DeclarativeBase]], Awaitable[None]]) -> None:
+    """Create the model's table on an async engine, run ``body(engine, Order, Base)``, drop it."""
+    base, order = make_order()
+
+    async def main() -> None:
+        engine = create_async_engine(async_url(db_url))
+        async with engine.begin() as connection:
+            await connection.run_sync(base.metadata.create_all)
+        try:
+            await body(engine, order, base)
+        finally:
+            async with engine.begin() as connection:
+                await connection.run_sync(base.metadata.drop_all)
+            await engine.dispose()
+
+    asyncio.run(main())
+
+
+async def ids_of(engine: Any, order: Any) -> list[int]:
+    async with engine.connect() as connection:
+        result = await connection.execute(sa.select(order.id).order_by(order.id))
+        return list(result.scalars())
+
+
+def test_every_insert_path_of_an_async_session_gets_values(db_url: str) -> None:
+    """add, add_all, ORM bulk, Core insert, explicit key, rollback: unique, in insert order."""
+    store = SQLStore(db_url, table=unique_table("sys"))
+    registry = SequenceRegistry(store)
+
+    async def body(engine: Any, Order: Any, _base: Any) -> None:
+        maker = async_sessionmaker(engine, expire_on_commit=False)
+        install(maker, registry=registry)
+        try:
+            async with maker() as session:
+                first = Order(name="one")
+                session.add(first)
+                await session.commit()
+                many = [Order(name="many") for _ in range(120)]
+                session.add_all(many)
+                await session.commit()
+                first_id, many_ids = first.id, [o.id for o in many]  # before rollback expires them
+                await session.execute(sa.insert(Order), [{"name": "bulk"} for _ in range(200)])
+                await session.commit()
+                session.add(Order(id=10**12, name="explicit"))
+                await session.commit()
+                doomed = [Order(name="doomed") for _ in range(80)]  # more than a block
+                session.add_all(doomed)
+                await session.flush()
+                doomed_ids = [d.id for d in doomed]
+                await session.rollback()
+                after = [Order(name="after") for _ in range(30)]
+                session.add_all(after)
+                await session.commit()
+                assert get_registry(session) is registry
+            async with engine.begin() as connection:
+                await connection.execute(sa.insert(Order.__table__), [{"name": "core"}] * 10)
+        finally:
+            uninstall(maker)
+        assert many_ids == list(range(first_id + 1, first_id + 121))
+        assert min(a.id for a in after) > max(doomed_ids)
+        ids = await ids_of(engine, Order)
+        assert len(ids) == 1 + 120 + 200 + 1 + 30 + 10
+        assert len(set(ids)) == len(ids)
+        assert ids[-1] == 10**12
+        assert max(ids[:-1]) < 10**12
+
+    try:
+        run(db_url, body)
+    finally:
+        registry.close(release=False)
+        store.drop_table()
+        store.close()
+
+
+@pytest.mark.parametrize("how", ["AsyncSession", "async_scoped_session", "AsyncEngine"])
+def test_async_targets_install_on_their_sync_side(tmp_path: Any, how: str) -> None:
+    """The default store comes from the async URL, reached through the sync driver.
+
+    On SQLite only: the default store's table is ``sys_sequence`` itself,
+    which on a shared server other tests could meet.
+    """
+    db_url = f"sqlite:///{tmp_path / 'app.db'}"
+
+    async def body(engine: Any, Order: Any, _base: Any) -> None:
+        target: Any = {
+            "AsyncSession": AsyncSession,
+            "async_scoped_session": async_scoped_session(
+                async_sessionmaker(engine), scopefunc=asyncio.current_task
+            ),
+            "AsyncEngine": engine,
+        }[how]
+        install(target)
+        try:
+            if how == "AsyncEngine":
+                async with engine.begin() as connection:
+                    await connection.execute(sa.insert(Order.__table__), [{"name": "c"}] * 25)
+            else:
+                async with AsyncSession(engine) as session:
+                    session.add_all([Order(name="s") for _ in range(25)])
+                    await session.commit()
+            registry = get_registry(engine)
+            assert isinstance(registry.store, SQLStore)
+            assert registry.store.url.get_driver_name() == "pysqlite"
+        finally:
+            uninstall(target)
+            close_registries()
+        assert await ids_of(engine, Order) == list(range(1, 26))
+
+    run(db_url, body)
+
+
+@pytest.mark.parametrize(
+    ("given", "used"),
+    [
+        ("sqlite+aiosqlite:///app.db", "sqlite+pysqlite:///app.db.autoseq"),
+        ("postgresql+asyncpg://u@h/db", "postgresql+psycopg://u@h/db"),
+        ("postgresql+psycopg_async://u@h/db", "postgresql+psycopg://u@h/db"),
+        ("mysql+aiomysql://u@h/db", "mysql+pymysql://u@h/db"),
+        ("mysql+asyncmy://u@h/db", "mysql+pymysql://u@h/db"),
+        ("postgresql+psycopg://u@h/db", "postgresql+psycopg://u@h/db"),
+    ],
+)
+def test_store_url_swaps_an_async_driver_for_its_sync_twin(given: str, used: str) -> None:
+    url, private = store_url(make_url(given))
+    assert url.render_as_string(hide_password=False) == used
+    assert private is False
