@@ -296,8 +296,8 @@ def install(
             _watch_engine(engine)
     elif isinstance(target, type) and issubclass(target, Session):
         _class_installs[target] = installation
-    elif isinstance(target, (Engine, Connection)) or hasattr(target, "sync_engine"):
-        engine = _engine_of(getattr(target, "sync_engine", target))
+    elif isinstance(target, (Engine, Connection)):
+        engine = _engine_of(target)
         _engine_installs[engine] = installation
         _watch_engine(engine)
     else:
@@ -322,16 +322,17 @@ def uninstall(target: Any) -> None:
     elif isinstance(target, type):
         _class_installs.pop(target, None)
     else:
-        _engine_installs.pop(_engine_of(getattr(target, "sync_engine", target)), None)
+        _engine_installs.pop(_engine_of(target), None)
 
 
 def _sync_side(target: Any) -> Any:
     """What an asyncio target stands for on the sync side, where SQLAlchemy fires events.
 
     An ``AsyncSession`` runs a sync ``Session`` (its ``sync_session_class``)
-    and an ``AsyncEngine`` a sync ``Engine``, so ``async_sessionmaker`` maps
-    to a ``sessionmaker`` of that class on the sync engine, and so on. Other
-    targets come back unchanged. Nothing asyncio is imported for them.
+    and an ``AsyncEngine`` (``AsyncConnection``) a sync ``Engine``
+    (``Connection``), so ``async_sessionmaker`` maps to a ``sessionmaker`` of
+    that class on the sync bind, and so on. Other targets come back
+    unchanged. Nothing asyncio is imported for them.
     """
     kind = type(target).__name__
     if kind == "async_scoped_session":
@@ -340,15 +341,16 @@ def _sync_side(target: Any) -> Any:
     if kind == "async_sessionmaker":
         bind = target.kw.get("bind")
         return sessionmaker(
-            bind=getattr(bind, "sync_engine", bind),
+            bind=_sync_side(bind),
             class_=target.kw.get("sync_session_class") or target.class_.sync_session_class,
         )
     sync_class = getattr(target, "sync_session_class", None) if isinstance(target, type) else None
     if isinstance(sync_class, type):
         return sync_class  # AsyncSession or a subclass
-    sync_session = getattr(target, "sync_session", None)
-    if isinstance(sync_session, Session):
-        return sync_session  # an AsyncSession instance
+    for attribute in ("sync_session", "sync_connection", "sync_engine"):
+        sync = getattr(target, attribute, None)  # AsyncSession, AsyncConnection, AsyncEngine
+        if isinstance(sync, (Session, Connection, Engine)):
+            return sync
     return target
 
 
@@ -359,7 +361,6 @@ def get_registry(target: Any) -> SequenceRegistry:
     counterparts.
     """
     target = _sync_side(target)
-    target = getattr(target, "sync_connection", None) or getattr(target, "sync_engine", target)
     if isinstance(target, Session):
         engine = _engine_of(target.get_bind())
         installation = _for_session(target, engine)
