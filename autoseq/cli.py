@@ -3,7 +3,12 @@
 ::
 
     autoseq --url URL [--sequence-table T] init | list | create NAME [...] |
-            set NAME VALUE [--force] | sync NAME --table T --column C
+            set NAME VALUE [--force] | change NAME [--step S ...] |
+            sync NAME (--table T --column C | --past VALUE)
+
+``URL`` is a SQLAlchemy URL, ``mongodb://host/db`` or ``redis://host/db``;
+every write goes through :mod:`autoseq.maintenance` (a compare-and-set on
+the row's version).
 
 Bad input gets one line on stderr and exit status 2, with nothing written; a
 store that fails (server down) gets exit status 1. ``--url`` defaults to
@@ -17,19 +22,25 @@ under the ``autoseq.cli`` entry-point group (called with no arguments).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from autoseq.config import MAX_VALUE, SequenceConfig, validate_name
-from autoseq.errors import AutoseqError, InvalidSequenceConfig, SequenceNotFound, StoreUnavailable
+from autoseq.errors import (
+    AutoseqError,
+    InvalidSequenceConfig,
+    InvalidStoredRow,
+    SequenceNotFound,
+    StoreUnavailable,
+)
 
 if TYPE_CHECKING:
-    from autoseq.stores.sql import SQLStore
+    from autoseq.stores.base import SequenceStore
 
 PROG = "autoseq"
 
@@ -130,8 +141,29 @@ def _url(args: argparse.Namespace) -> str:
     return str(args.url)
 
 
-def open_store(args: argparse.Namespace) -> SQLStore:
-    """The ``SQLStore`` named by ``--url`` and ``--sequence-table``."""
+def open_store(args: argparse.Namespace) -> SequenceStore:
+    """The store ``--url`` names (SQL, ``mongodb://``, ``redis://``) with ``--sequence-table``."""
+    url = _url(args)
+    scheme = url.split(":", 1)[0].lower()
+    if scheme in ("mongodb", "mongodb+srv"):
+        try:
+            from autoseq.stores.mongo import MongoStore
+        except ImportError:  # pragma: no cover - the mongoengine extra is missing
+            raise UsageError(
+                "mongodb:// URLs need pymongo: pip install 'autoseq[mongoengine]'"
+            ) from None
+        try:
+            return MongoStore(url, collection=args.sequence_table)
+        except Exception as exc:
+            if isinstance(exc, AutoseqError):
+                raise
+            raise UsageError(f"cannot use --url {url!r}: {exc}") from None
+    if scheme in ("redis", "rediss", "unix"):
+        try:
+            from autoseq.stores.redis import RedisStore
+        except ImportError:  # pragma: no cover - the redis extra is missing
+            raise UsageError("redis:// URLs need redis-py: pip install 'autoseq[redis]'") from None
+        return RedisStore(url, prefix=args.sequence_table)
     try:
         import sqlalchemy.exc
     except ImportError:  # pragma: no cover - the sqlalchemy extra is missing
@@ -140,7 +172,6 @@ def open_store(args: argparse.Namespace) -> SQLStore:
         ) from None
     from autoseq.stores.sql import SQLStore
 
-    url = _url(args)
     try:
         return SQLStore(url, table=args.sequence_table)
     except (sqlalchemy.exc.ArgumentError, sqlalchemy.exc.NoSuchModuleError) as exc:
@@ -149,15 +180,16 @@ def open_store(args: argparse.Namespace) -> SQLStore:
         raise UsageError(f"the driver for --url {url!r} is not installed: {exc}") from None
 
 
-def _has_table(store: SQLStore) -> bool:
+def _has_table(store: SequenceStore) -> bool:
     """Whether the sequence table can exist, without creating an empty SQLite file."""
-    database = store.url.database
-    if store.dialect == "sqlite" and database and database != ":memory:":
+    url = getattr(store, "url", None)
+    database = getattr(url, "database", None)
+    if getattr(store, "dialect", None) == "sqlite" and database and database != ":memory:":
         return os.path.exists(database)
     return True
 
 
-def _read(store: SQLStore, name: str) -> SequenceConfig:
+def _read(store: SequenceStore, name: str) -> SequenceConfig:
     row = store.read(name) if _has_table(store) else None
     if row is None:
         raise SequenceNotFound(name, f"create it first: `{PROG} create {name}`")
@@ -178,34 +210,11 @@ def values_left(row: SequenceConfig) -> int:
     return (row.last_value - row.next_value) // row.step + 1
 
 
-def _move_current(store: SQLStore, name: str, decide: Callable[[SequenceConfig], int]) -> int:
-    """Set ``current`` to ``decide(row)`` with a compare-and-set; returns the new value.
-
-    A reservation that lands between the read and the write makes the write
-    miss, and the decision is taken again on the fresh row, so a concurrent
-    process can never be moved behind.
-    """
-    import sqlalchemy as sa
-
-    table = store.table
-    for _ in range(50):
-        row = _read(store, name)
-        new = decide(row)
-        if new == row.next_value:
-            return new
-        row.with_current(new)  # validates the target before anything is written
-        try:
-            with store.engine.begin() as connection:
-                moved = connection.execute(
-                    sa.update(table)
-                    .where(table.c.name == name, table.c.current == row.next_value)
-                    .values(current=new, updated_at=datetime.now(UTC))
-                ).rowcount
-        except sa.exc.DBAPIError as exc:
-            raise StoreUnavailable(f"updating sequence {name!r} failed: {exc.orig}") from exc
-        if moved == 1:
-            return new
-    raise StoreUnavailable(f"sequence {name!r} kept moving; try again when it is quieter")
+def _where(store: SequenceStore) -> str:
+    url = getattr(store, "url", None)
+    if url is not None and hasattr(url, "render_as_string"):
+        return str(url.render_as_string(hide_password=True))
+    return type(store).__name__
 
 
 # subcommands -----------------------------------------------------------------
@@ -214,9 +223,12 @@ def _move_current(store: SQLStore, name: str, decide: Callable[[SequenceConfig],
 def _run_init(args: argparse.Namespace) -> int:
     store = open_store(args)
     try:
-        store.create_table()
-        where = store.url.render_as_string(hide_password=True)
-        print(f"table {store.table_name} is ready in {where}")
+        create_table = getattr(store, "create_table", None)
+        if create_table is not None:
+            create_table()  # also adds the version column to a table made before it
+        else:
+            store.read_all()  # MongoDB and Redis need no table; check the server answers
+        print(f"{args.sequence_table} is ready in {_where(store)}")
     finally:
         store.close()
     return 0
@@ -232,7 +244,7 @@ def _run_list(args: argparse.Namespace) -> int:
     finally:
         store.close()
     if not rows:
-        print(f"no sequences in {store.table_name}")
+        print(f"no sequences in {args.sequence_table}")
         return 0
     table = [
         (
@@ -300,78 +312,134 @@ def _run_create(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_setting_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--end", type=int, help="last value")
+    parser.add_argument("--step", type=int, help="increment (current moves onto the new grid)")
+    parser.add_argument(
+        "--batch", action=argparse.BooleanOptionalAction, default=None, help="reserve in blocks"
+    )
+    parser.add_argument("--batch-count", type=int, help="values per reservation")
+    parser.add_argument(
+        "--cycle", action=argparse.BooleanOptionalAction, default=None, help="wrap at end"
+    )
+
+
+def _settings(args: argparse.Namespace) -> dict[str, Any]:
+    names = ("end", "step", "batch", "batch_count", "cycle")
+    return {name: getattr(args, name) for name in names if getattr(args, name) is not None}
+
+
 def _configure_set(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", type=_name, help="sequence name")
     parser.add_argument("value", type=int, help="the next value to hand out")
     parser.add_argument(
         "--force",
         action="store_true",
-        help="allow moving backwards (values already handed out would come again)",
+        help="allow moving backwards (values already handed out would come again), "
+        "or repair a row that fails validation",
     )
+    _add_setting_options(parser)
 
 
 def _run_set(args: argparse.Namespace) -> int:
-    value: int = args.value
+    from autoseq import maintenance
 
-    def decide(row: SequenceConfig) -> int:
-        row.replace(current=value)  # InvalidSequenceConfig: outside [start, end] or off-step
-        if value < row.next_value and not args.force:
-            raise UsageError(
-                f"{value} is behind sequence {row.name!r} (next value {row.next_value}); values "
-                "up to there may be in use. Pass --force if you know they are not"
-            )
-        return value
-
+    changes = _settings(args)
     store = open_store(args)
     try:
-        new = _move_current(store, args.name, decide)
+        _read_or_repairable(store, args.name)
+        try:
+            if changes:
+                row = maintenance.change(
+                    store, args.name, current=args.value, force=args.force, **changes
+                )
+            else:
+                row = maintenance.set_current(store, args.name, args.value, force=args.force)
+        except InvalidStoredRow:
+            if not args.force:
+                raise
+            row = maintenance.repair(store, args.name, args.value, **changes)
     finally:
         store.close()
-    print(f"sequence {args.name!r}: next value {new}")
+    print(f"sequence {args.name!r}: next value {row.next_value}")
+    return 0
+
+
+def _read_or_repairable(store: SequenceStore, name: str) -> None:
+    with contextlib.suppress(InvalidStoredRow):  # set --force repairs it
+        _read(store, name)
+
+
+def _configure_change(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("name", type=_name, help="sequence name")
+    _add_setting_options(parser)
+
+
+def _run_change(args: argparse.Namespace) -> int:
+    from autoseq import maintenance
+
+    changes = _settings(args)
+    if not changes:
+        raise UsageError("nothing to change; pass --end, --step, --batch-count, --batch or --cycle")
+    store = open_store(args)
+    try:
+        _read(store, args.name)
+        row = maintenance.change(store, args.name, **changes)
+    finally:
+        store.close()
+    print(
+        f"sequence {row.name!r}: next value {row.next_value}, end {row.end}, step {row.step}, "
+        f"batch_count {row.batch_count}, batch {'yes' if row.batch else 'no'}, "
+        f"cycle {'yes' if row.cycle else 'no'}"
+    )
     return 0
 
 
 def _configure_sync(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", type=_name, help="sequence name")
     parser.add_argument(
-        "--table", required=True, help="the table whose rows use the sequence ([schema.]name)"
+        "--table", help="SQL table (or MongoDB collection) whose rows use the sequence"
     )
-    parser.add_argument("--column", required=True, help="the column holding the values")
+    parser.add_argument("--column", help="the column (or document field) holding the values")
+    parser.add_argument("--past", type=int, help="move past this value instead (any store)")
 
 
 def _run_sync(args: argparse.Namespace) -> int:
+    from autoseq import maintenance
+
+    if args.past is None and not (args.table and args.column):
+        raise UsageError("pass --table T --column C, or --past VALUE")
     store = open_store(args)
     try:
         _read(store, args.name)  # unknown sequence: fail before touching the table
-        highest = _column_max(store, args.table, args.column)
+        if args.past is not None:
+            highest: int | None = args.past
+            source = str(args.past)
+        else:
+            highest = _column_max(store, args.table, args.column)
+            source = f"max({args.table}.{args.column}) = {highest}"
         if highest is None:
             print(f"{args.table} is empty; sequence {args.name!r} is unchanged")
             return 0
-
-        def decide(row: SequenceConfig) -> int:
-            target = past(row, highest)
-            if target > row.last_value:
-                raise UsageError(
-                    f"max({args.table}.{args.column}) is {highest}, at or past the last value "
-                    f"of sequence {row.name!r} (end={row.end}); raise its end first"
-                )
-            return max(target, row.next_value)
-
-        new = _move_current(store, args.name, decide)
+        row = maintenance.sync(store, args.name, highest)
     finally:
         store.close()
-    print(f"sequence {args.name!r}: max({args.table}.{args.column}) = {highest}, next value {new}")
+    print(f"sequence {args.name!r}: {source}, next value {row.next_value}")
     return 0
 
 
 def past(row: SequenceConfig, highest: int) -> int:
     """The first value of ``row``'s series (start + k * step) above ``highest``."""
-    if highest < row.start:
-        return row.start
-    return row.start + ((highest - row.start) // row.step + 1) * row.step
+    from autoseq.maintenance import first_value_after
+
+    return first_value_after(row, highest)
 
 
-def _column_max(store: SQLStore, table_name: str, column_name: str) -> int | None:
+def _column_max(store: SequenceStore, table_name: str, column_name: str) -> int | None:
+    if type(store).__name__ == "MongoStore":
+        return _field_max(store, table_name, column_name)
+    if type(store).__name__ != "SQLStore":
+        raise UsageError("--table/--column need a SQL or MongoDB --url; use --past VALUE")
     import sqlalchemy as sa
     from sqlalchemy.exc import NoSuchTableError
 
@@ -385,7 +453,7 @@ def _column_max(store: SQLStore, table_name: str, column_name: str) -> int | Non
             validate_table_name(part)
     except InvalidSequenceConfig as exc:
         raise UsageError(f"--table: {exc}") from None
-    app_url = store.app_url
+    app_url = store.app_url  # type: ignore[attr-defined]
     if app_url.get_backend_name() == "sqlite":
         database = app_url.database or ""
         if database in ("", ":memory:") or not os.path.exists(database):
@@ -418,11 +486,36 @@ register("list", "show every sequence", _run_list)
 register("create", "create a sequence", _run_create, _configure_create)
 register("set", "set the next value a sequence hands out", _run_set, _configure_set)
 register(
+    "change",
+    "change end, step, batch, batch_count or cycle, keeping values unique",
+    _run_change,
+    _configure_change,
+)
+register(
     "sync",
     "move a sequence past max(column) of a table that already has rows",
     _run_sync,
     _configure_sync,
 )
+
+
+def _field_max(store: SequenceStore, collection: str, field: str) -> int | None:
+    """The largest number in ``field`` of ``collection``, in the store's database."""
+    from autoseq.stores.mongo import validate_collection_name
+
+    validate_collection_name(collection)
+    if not field or field.startswith("$") or "\x00" in field:
+        raise UsageError(f"--column {field!r} is not a document field name")
+    database = store.collection.database  # type: ignore[attr-defined]
+    top = database[collection].find_one(
+        {field: {"$type": "number"}}, sort=[(field, -1)], projection={field: 1}
+    )
+    if top is None:
+        return None
+    value = top.get(field)
+    if isinstance(value, float):
+        raise UsageError(f"{collection}.{field} holds a float ({value}); keys must be integers")
+    return int(value)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from autoseq.errors import InvalidSequenceConfig
+from autoseq.errors import InvalidSequenceConfig, InvalidStoredRow
 
 #: Largest value a signed 64-bit column holds (BIGINT, int64 in BSON).
 MAX_VALUE = 2**63 - 1
@@ -36,6 +36,13 @@ def validate_name(name: object) -> str:
         raise InvalidSequenceConfig(
             f"sequence name is {len(name)} characters long; the limit is {NAME_MAX_LENGTH}"
         )
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidSequenceConfig(
+            f"sequence name {name!r} is not valid Unicode text (a lone surrogate); "
+            "use printable text"
+        ) from None
     if _CONTROL.search(name):
         raise InvalidSequenceConfig(
             f"sequence name {name!r} contains a control character; use printable text"
@@ -51,6 +58,28 @@ def _check_int(field_name: str, value: object) -> int:
     if not -MAX_VALUE - 1 <= value <= MAX_VALUE:
         raise InvalidSequenceConfig(f"{field_name}={value} does not fit a signed 64-bit integer")
     return value
+
+
+def _stored_int(value: object, field_name: str) -> int:
+    # Drivers hand back integers as int (bson's Int64 is one); a float is
+    # refused even when whole, since a shell that wrote 1e20 lost precision.
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise InvalidSequenceConfig(
+        f"{field_name} must be an integer, got {type(value).__name__} {value!r}"
+    )
+
+
+def _stored_bool(value: object, field_name: str) -> bool:
+    # SQL drivers return booleans as bool or 0/1 (MySQL TINYINT); anything
+    # else (the string "false", 2, None) is a hand edit we must not guess.
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    raise InvalidSequenceConfig(
+        f"{field_name} must be true/false (or 1/0), got {type(value).__name__} {value!r}"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,10 +100,14 @@ class SequenceConfig:
     batch_count: int = 100
     cycle: bool = False
     updated_at: datetime | None = field(default=None, compare=False)
+    #: Bumped by every write to the stored row (reservation, hand-back, set,
+    #: change); the compare-and-set of every write outside a reservation
+    #: checks it, so a stale or re-sent write changes nothing.
+    version: int = field(default=0, compare=False)
 
     def __post_init__(self) -> None:
         validate_name(self.name)
-        for name in ("start", "end", "step", "batch_count"):
+        for name in ("start", "end", "step", "batch_count", "version"):
             _check_int(name, getattr(self, name))
         for name in ("batch", "cycle"):
             if not isinstance(getattr(self, name), bool):
@@ -118,32 +151,36 @@ class SequenceConfig:
         """Build from a stored row (mapping), where ``current`` may be past ``end``.
 
         A row whose ``current`` is one step past its last value is an
-        exhausted sequence, a legal state; anything else impossible (edited
-        by hand, say) raises ``InvalidSequenceConfig`` naming the row.
+        exhausted sequence, a legal state. Parsing is strict: flags must be
+        real booleans or 0/1 (never the string ``"false"``), numbers must be
+        integers (never a float a shell wrote). Anything else raises
+        :class:`InvalidStoredRow` naming the row and the command that fixes it.
+        A row without ``version`` (written before versions existed) reads as 0.
         """
-        get = row.get if hasattr(row, "get") else (lambda k: getattr(row, k))
+        get = row.get if hasattr(row, "get") else (lambda k: getattr(row, k, None))
+        name: Any = get("name")
         try:
             config = cls(
-                name=get("name"),
-                start=get("start"),
-                end=get("end"),
-                step=get("step"),
-                batch=bool(get("batch")),
-                batch_count=get("batch_count"),
-                cycle=bool(get("cycle")),
+                name=name,
+                start=_stored_int(get("start"), "start"),
+                end=_stored_int(get("end"), "end"),
+                step=_stored_int(get("step"), "step"),
+                batch=_stored_bool(get("batch"), "batch"),
+                batch_count=_stored_int(get("batch_count"), "batch_count"),
+                cycle=_stored_bool(get("cycle"), "cycle"),
                 updated_at=get("updated_at"),
+                version=_stored_int(get("version") if get("version") is not None else 0, "version"),
             )
+            current = _stored_int(get("current"), "current")
         except InvalidSequenceConfig as exc:
-            raise InvalidSequenceConfig(f"stored sys_sequence row is invalid: {exc}") from None
-        current = get("current")
-        _check_int("current", current)
+            raise InvalidStoredRow(name, str(exc)) from None
         if not config.start <= current <= config.last_value + config.step or (
             (current - config.start) % config.step
         ):
-            raise InvalidSequenceConfig(
-                f"stored sys_sequence row {config.name!r} is invalid: current={current} "
-                f"is not start + k * step within [start={config.start}, "
-                f"end={config.end}] (step={config.step}); fix it with `autoseq set`"
+            raise InvalidStoredRow(
+                name,
+                f"current={current} is not start + k * step within [start={config.start}, "
+                f"end={config.end}] (step={config.step})",
             )
         object.__setattr__(config, "current", current)
         return config
@@ -183,6 +220,12 @@ class SequenceConfig:
             {**self.as_row(), "current": current, "updated_at": updated_at or self.updated_at}
         )
 
+    def replace_version(self, version: int) -> SequenceConfig:
+        """A copy carrying the stored row's ``version`` (rows only, not settings)."""
+        return SequenceConfig.from_row(
+            {**self.as_row(), "updated_at": self.updated_at, "version": version}
+        )
+
     def as_row(self) -> dict[str, Any]:
         """The ``sys_sequence`` row for this config (``current`` filled in)."""
         return {
@@ -194,4 +237,5 @@ class SequenceConfig:
             "batch": self.batch,
             "batch_count": self.batch_count,
             "cycle": self.cycle,
+            "version": self.version,
         }

@@ -11,6 +11,30 @@ class InvalidSequenceConfig(AutoseqError, ValueError):
     """A sequence's settings (or a stored row) cannot produce valid values."""
 
 
+class InvalidStoredRow(InvalidSequenceConfig):
+    """A stored ``sys_sequence`` row holds what no valid sequence can (a hand edit, say).
+
+    Nothing is written while a row is in this state; the message names the
+    row and the command that repairs it.
+    """
+
+    def __init__(self, name: object, problem: str) -> None:
+        self.name = name
+        super().__init__(
+            f"stored sys_sequence row {name!r} is invalid: {problem}; nothing was written. "
+            f"Repair it with `autoseq set {name} VALUE --force` (VALUE: a value past every "
+            "key in use), or fix the row by hand"
+        )
+
+
+class InvalidCount(InvalidSequenceConfig):
+    """A count of values to reserve or hand out is not a positive int in range."""
+
+
+class ValueMovesBackward(InvalidSequenceConfig):
+    """A maintenance write would move ``current`` backward without ``force``."""
+
+
 class SequenceNotFound(AutoseqError, LookupError):
     """No ``sys_sequence`` row exists for the name and auto-creation is off."""
 

@@ -23,6 +23,7 @@ from typing import Any
 from autoseq import signals
 from autoseq.errors import (
     AutoseqError,
+    InvalidCount,
     InvalidSequenceConfig,
     SequenceExhausted,
     StoreUnavailable,
@@ -76,6 +77,9 @@ class BufferPolicy:
 
 
 _locks: weakref.WeakSet[SequenceLock] = weakref.WeakSet()
+#: The most values one ``next_many`` call returns: a list of them costs about
+#: 36 bytes each, so larger bulks are asked for in chunks.
+MAX_MANY = 10_000_000
 
 
 class SequenceLock:
@@ -162,7 +166,12 @@ class SequenceLock:
         blocks, so a bulk of N values costs about N / block reservations.
         """
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-            raise InvalidSequenceConfig(f"next_many needs a count of 0 or more, got {n!r}")
+            raise InvalidCount(f"next_many needs an int count of 0 or more, got {n!r}")
+        if n > MAX_MANY:
+            raise InvalidCount(
+                f"next_many({n}) would build a list of {n:,} values; ask for at most "
+                f"{MAX_MANY:,} per call (call it in chunks)"
+            )
         if n == 0:
             return []
         return self._take(n)
@@ -184,42 +193,70 @@ class SequenceLock:
 
     def _take(self, n: int) -> list[int]:
         out: list[int] = []
+        taken: list[tuple[int, int, int]] = []  # the runs in ``out``, to give back on failure
         with self._cond:
-            if self._pid != os.getpid():  # pragma: no cover - at-fork hook covers it
-                self._after_fork_in_child()
-                return self._take(n)
-            if self._closed:
-                raise AutoseqError(f"sequence {self.name!r}: the lock is closed")
-            self._demand = n
-            deadline = time.monotonic() + self.policy.wait_timeout
-            while len(out) < n:
-                if self._next <= self._last:
-                    want = n - len(out)
-                    have = (self._last - self._next) // self._step + 1
-                    k = min(want, have)
-                    stop = self._next + k * self._step
-                    out.extend(range(self._next, stop, self._step))
-                    self._next = stop
-                    continue
-                if self._blocks:
-                    self._start_block(self._blocks.popleft())
-                    continue
-                if not self._batch:
-                    out.extend(self._reserve_in_turn(n - len(out)).values())
-                    continue
-                if self._loading:
-                    self._waits += 1
-                    if not self._cond.wait(max(0.0, deadline - time.monotonic())):
-                        raise StoreUnavailable(
-                            f"sequence {self.name!r}: no block arrived within "
-                            f"{self.policy.wait_timeout}s",
-                            name=self.name,
-                        )
-                    continue
-                self._waits += 1
-                self._reserve_now(n - len(out))
-            self._maybe_prefetch()
+            forked = self._pid != os.getpid()
+            if not forked:
+                try:
+                    self._take_into(n, out, taken)
+                except BaseException:
+                    self._give_back(taken)
+                    raise
+                self._maybe_prefetch()
+        if forked:  # pragma: no cover - the at-fork hook resets first
+            self._after_fork_in_child()
+            return self._take(n)
         return out
+
+    def _give_back(self, taken: list[tuple[int, int, int]]) -> None:
+        """Put values a failed call took back in front of the buffer, in order.
+
+        They were reserved for this process and nobody else can have them;
+        dropping them would only leave a gap, so the next call serves them.
+        """
+        if not taken or self._pid != os.getpid() or self._latest is None:
+            return
+        row = self._latest.row
+        if self._next <= self._last:
+            self._blocks.appendleft(Block(self.name, self._next, self._last, self._step, row))
+        for first, last, step in reversed(taken):
+            self._blocks.appendleft(Block(self.name, first, last, step, row))
+        self._next, self._last, self._fast_until = 1, 0, 0
+
+    def _take_into(self, n: int, out: list[int], taken: list[tuple[int, int, int]]) -> None:
+        if self._closed:
+            raise AutoseqError(f"sequence {self.name!r}: the lock is closed")
+        self._demand = n
+        deadline = time.monotonic() + self.policy.wait_timeout
+        while len(out) < n:
+            if self._next <= self._last:
+                want = n - len(out)
+                have = (self._last - self._next) // self._step + 1
+                k = min(want, have)
+                stop = self._next + k * self._step
+                out.extend(range(self._next, stop, self._step))
+                taken.append((self._next, stop - self._step, self._step))
+                self._next = stop
+                continue
+            if self._blocks:
+                self._start_block(self._blocks.popleft())
+                continue
+            if not self._batch:
+                own = self._reserve_in_turn(n - len(out))
+                out.extend(own.values())
+                taken.append((own.first, own.last, own.step))
+                continue
+            if self._loading:
+                self._waits += 1
+                if not self._cond.wait(max(0.0, deadline - time.monotonic())):
+                    raise StoreUnavailable(
+                        f"sequence {self.name!r}: no block arrived within "
+                        f"{self.policy.wait_timeout}s",
+                        name=self.name,
+                    )
+                continue
+            self._waits += 1
+            self._reserve_now(n - len(out))
 
     def _start_block(self, block: Block) -> None:
         self._next, self._last, self._step = block.first, block.last, block.step

@@ -6,6 +6,7 @@ real server); every behaviour below is then checked against that store.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from typing import Any
 
@@ -18,7 +19,9 @@ from autoseq import (
     SequenceExhausted,
     SequenceNotFound,
     SequenceRegistry,
+    maintenance,
 )
+from autoseq.errors import InvalidCount, InvalidStoredRow, ValueMovesBackward
 from autoseq.stores import Block, SequenceStore
 
 HOSTILE_NAMES = [
@@ -135,12 +138,78 @@ class StoreContract:
         assert store.release(block) is False
         assert store.read("r2").current == 101
 
-    def test_bad_count_is_refused(self, store: Any) -> None:
-        """A reservation of zero values is refused with InvalidSequenceConfig."""
+    @pytest.mark.parametrize("count", [0, -1, 1.5, True, 2**63, "3", None])
+    def test_bad_count_is_refused_before_any_write(self, store: Any, count: Any) -> None:
+        """A count that is not an int from 1 to 2**63 - 1 is InvalidCount; the row is untouched."""
         store.create(SequenceConfig("z"))
-        with pytest.raises(InvalidSequenceConfig):
-            store.reserve("z", 0)
-        assert store.read("z").current == 1
+        with pytest.raises(InvalidCount):
+            store.reserve("z", count)
+        row = store.read("z")
+        assert (row.current, row.version) == (1, 0)
+        assert store.reserve("z", 2).first == 1
+
+    # versions and the compare-and-set ----------------------------------------
+
+    def test_every_write_bumps_the_version(self, store: Any) -> None:
+        """create starts at version 0; each reservation, update and hand-back adds one."""
+        assert store.create(SequenceConfig("v")).version == 0
+        first = store.reserve("v", 10)
+        assert first.version == 1 == store.read("v").version
+        second = store.reserve("v", 10)
+        assert second.version == 2
+        assert store.release(second) is True
+        assert store.read("v").version == 3
+        assert store.update(store.read("v").replace(batch_count=7)).version == 4
+
+    def test_compare_and_set_applies_at_the_expected_version(self, store: Any) -> None:
+        """A matching version writes every setting and returns the row at version + 1."""
+        store.create(SequenceConfig("c"))
+        block = store.reserve("c", 10)
+        wanted = block.row.replace(current=1001, step=1, batch_count=5, end=10**6)
+        written = store.compare_and_set(wanted, block.version)
+        assert written is not None
+        assert (written.current, written.batch_count, written.end) == (1001, 5, 10**6)
+        assert written.version == block.version + 1 == store.read("c").version
+        assert store.reserve("c", 1).first == 1001
+
+    def test_compare_and_set_resent_changes_nothing(self, store: Any) -> None:
+        """The same write sent again (its reply was lost) finds another version: no change."""
+        store.create(SequenceConfig("re"))
+        row = store.read("re")
+        assert store.compare_and_set(row.replace(current=500), row.version) is not None
+        store.reserve("re", 10)  # another process moves on: current 510
+        assert store.compare_and_set(row.replace(current=500), row.version) is None
+        assert store.read("re").current == 510
+        assert store.reserve("re", 1).first == 510
+
+    def test_compare_and_set_missing_row_raises_not_found(self, store: Any) -> None:
+        """A compare-and-set of a row that does not exist raises SequenceNotFound."""
+        with pytest.raises(SequenceNotFound):
+            store.compare_and_set(SequenceConfig("nobody"), 0)
+
+    def test_retried_release_never_rewinds_a_row_that_came_back(self, store: Any) -> None:
+        """ABA: current returns to the same value, but a stale hand-back sees the new version."""
+        store.create(SequenceConfig("aba", batch_count=10))
+        handed: list[int] = []
+        block = store.reserve("aba", 10)
+        tail = Block("aba", block.first + 5, block.last, block.step, block.row)
+        handed += range(block.first, block.first + 5)
+        assert store.release(tail) is True  # current back to 6
+        again = store.reserve("aba", 5)  # current is 11 again, as when tail was cut
+        handed += again.values()
+        assert store.release(tail) is False  # the re-sent hand-back
+        handed += store.reserve("aba", 5).values()
+        assert len(handed) == len(set(handed)) == 15
+
+    def test_stale_release_after_a_cycle_is_refused(self, store: Any) -> None:
+        """After the sequence wraps, a hand-back from the previous lap changes nothing."""
+        store.create(SequenceConfig("lap", start=1, end=10, cycle=True))
+        old = store.reserve("lap", 10)
+        new = store.reserve("lap", 4)
+        assert new.cycled
+        store.reserve("lap", 6)  # current is back at 11, the old block's end
+        assert store.release(old) is False
+        assert store.reserve("lap", 1).first == 1  # wraps again, not a repeat in the lap
 
     @pytest.mark.parametrize("name", HOSTILE_NAMES, ids=range(len(HOSTILE_NAMES)))
     def test_hostile_names_round_trip_as_data(self, store: Any, name: str) -> None:
@@ -154,7 +223,7 @@ class StoreContract:
 
     def test_invalid_names_are_refused(self, store: Any) -> None:
         """Non-string or empty names get InvalidSequenceConfig before any I/O."""
-        for bad in (None, 12, "", " padded ", "a\x00b", "y" * 192):
+        for bad in (None, 12, "", " padded ", "a\x00b", "y" * 192, "lone\ud800surrogate"):
             with pytest.raises(InvalidSequenceConfig):
                 store.reserve(bad, 1)  # type: ignore[arg-type]
         assert store.read_all() == []
@@ -186,3 +255,146 @@ class StoreContract:
         assert values == list(range(1, 1251))
         registry.close()
         assert store.read("orders").current == 1251
+
+
+class MaintenanceContract:
+    """``autoseq.maintenance`` on every store: each write a compare-and-set on the version.
+
+    A subclass provides ``store`` and ``corrupt(store, name, **fields)``, which
+    writes raw values into a stored row behind the store's back (a hand edit).
+    """
+
+    @pytest.fixture
+    def store(self) -> Any:
+        raise NotImplementedError("a store test module provides the store fixture")
+
+    def corrupt(self, store: Any, name: str, **fields: Any) -> None:
+        pytest.skip(f"{type(store).__name__} cannot hold a row that fails validation")
+
+    def test_set_moves_forward_only_unless_forced(self, store: Any) -> None:
+        """set_current refuses a value behind current; force moves it back."""
+        store.create(SequenceConfig("s"))
+        assert maintenance.set_current(store, "s", 500).current == 500
+        with pytest.raises(ValueMovesBackward, match="only move forward"):
+            maintenance.set_current(store, "s", 100)
+        assert store.read("s").current == 500
+        assert maintenance.set_current(store, "s", 100, force=True).current == 100
+
+    def test_set_never_goes_to_or_below_the_floor(self, store: Any) -> None:
+        """A floor (max() of the columns using it) is a hard limit, even forced."""
+        store.create(SequenceConfig("f"))
+        with pytest.raises(ValueMovesBackward, match="past 900"):
+            maintenance.set_current(store, "f", 900, floor=900, force=True)
+        assert maintenance.set_current(store, "f", 901, floor=900).current == 901
+
+    def test_a_block_reserved_before_a_set_is_not_handed_back(self, store: Any) -> None:
+        """A hand-back of a block reserved before a maintenance write changes nothing."""
+        store.create(SequenceConfig("hb"))
+        block = store.reserve("hb", 100)
+        maintenance.set_current(store, "hb", 1000)
+        assert store.release(block) is False
+        assert store.reserve("hb", 1).first == 1000
+
+    def test_step_change_moves_current_onto_the_new_grid(self, store: Any) -> None:
+        """Changing step keeps the row valid: current goes to the next value of the new grid."""
+        store.create(SequenceConfig("g", start=1))
+        old = store.reserve("g", 10)  # 1..10 held by a process; current 11
+        changed = maintenance.change(store, "g", step=7)
+        assert (changed.step, changed.current) == (7, 15)
+        assert store.release(old) is False  # that process's close() after the change
+        block = store.reserve("g", 3)
+        assert list(block.values()) == [15, 22, 29]
+
+    def test_end_cannot_fall_below_what_was_reserved(self, store: Any) -> None:
+        """Lowering end under values already reserved is refused; the row is unchanged."""
+        store.create(SequenceConfig("e"))
+        store.reserve("e", 50)
+        with pytest.raises(InvalidSequenceConfig, match="end >= 50"):
+            maintenance.change(store, "e", end=20)
+        assert maintenance.change(store, "e", end=50).exhausted
+        assert store.read("e").end == 50
+
+    def test_batch_count_alone_changes_even_after_current_moved(self, store: Any) -> None:
+        """A change of batch_count alone applies whatever current did meanwhile."""
+        store.create(SequenceConfig("b"))
+        store.reserve("b", 30)
+        changed = maintenance.change(store, "b", batch_count=7)
+        assert (changed.batch_count, changed.current) == (7, 31)
+
+    def test_sync_moves_past_the_floor_never_back(self, store: Any) -> None:
+        """sync goes past the largest key in use, and leaves a row already past it."""
+        store.create(SequenceConfig("y", start=1, step=10))
+        assert maintenance.sync(store, "y", 95).current == 101
+        assert maintenance.sync(store, "y", 50).current == 101
+        assert maintenance.sync(store, "y", None).current == 101
+
+    def test_adopt_creates_past_the_floor_or_moves_forward(self, store: Any) -> None:
+        """adopt creates a missing row past the keys, or moves an existing one past them."""
+        row, created = maintenance.adopt(store, SequenceConfig("a"), 41)
+        assert (row.current, created) == (42, True)
+        row, created = maintenance.adopt(store, SequenceConfig("a"), 99)
+        assert (row.current, created) == (100, False)
+        assert maintenance.adopt(store, SequenceConfig("a"), 5)[0].current == 100
+
+    def test_concurrent_sets_and_reservations_never_overlap(self, store: Any) -> None:
+        """Threads reserving while others set current forward never see a value twice."""
+        store.create(SequenceConfig("race", batch_count=10))
+        seen: list[int] = []
+        errors: list[BaseException] = []
+        guard = threading.Lock()
+
+        def reserve() -> None:
+            try:
+                for _ in range(40):
+                    values = list(store.reserve("race", 10).values())
+                    with guard:
+                        seen.extend(values)
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+
+        def jump() -> None:
+            try:
+                for _ in range(20):
+                    current = store.read("race").current
+                    # a reservation landing in between makes +5 a step back: refused
+                    with contextlib.suppress(ValueMovesBackward):
+                        maintenance.set_current(store, "race", current + 5)
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=reserve) for _ in range(3)]
+        threads += [threading.Thread(target=jump) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert errors == []
+        assert len(seen) == 3 * 40 * 10 == len(set(seen))
+
+    def test_a_bad_row_is_refused_before_any_write_and_repaired_by_force(self, store: Any) -> None:
+        """A hand-edited row fails every reservation by name; set --force repairs it."""
+        store.create(SequenceConfig("bad"))
+        store.reserve("bad", 10)
+        self.corrupt(store, "bad", step=0)
+        with pytest.raises(InvalidStoredRow, match=r"'bad'.*autoseq set bad VALUE --force"):
+            store.reserve("bad", 1)
+        with pytest.raises(InvalidStoredRow, match="step"):
+            maintenance.repair(store, "bad", 500)  # step unreadable: must be given
+        repaired = maintenance.repair(store, "bad", 500, step=1)
+        assert (repaired.current, repaired.step) == (500, 1)
+        assert store.reserve("bad", 2).first == 500
+
+    def test_a_float_current_is_refused_before_it_is_incremented(self, store: Any) -> None:
+        """current stored as a float (a shell's number) is refused with nothing written."""
+        store.create(SequenceConfig("fl"))
+        store.reserve("fl", 10)
+        self.corrupt(store, "fl", current=11.0)
+        with pytest.raises(InvalidStoredRow, match="current"):
+            store.reserve("fl", 1)
+        with pytest.raises(InvalidStoredRow, match="current"):
+            store.reserve("fl", 1)  # still refused
+        raw = store.read_raw("fl")
+        assert float(raw["current"]) == 11.0  # neither attempt incremented it
+        assert int(raw["version"]) == 1
+        assert maintenance.repair(store, "fl", 11).current == 11
+        assert store.reserve("fl", 1).first == 11

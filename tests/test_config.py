@@ -73,7 +73,7 @@ def test_from_row_accepts_exhausted_and_refuses_impossible() -> None:
     assert SequenceConfig.from_row(row).exhausted
     with pytest.raises(InvalidSequenceConfig, match="stored sys_sequence row 'r' is invalid"):
         SequenceConfig.from_row(row | {"current": 16})
-    with pytest.raises(InvalidSequenceConfig, match="stored sys_sequence row is invalid"):
+    with pytest.raises(InvalidSequenceConfig, match="stored sys_sequence row 'r' is invalid"):
         SequenceConfig.from_row(row | {"step": 0})
 
 

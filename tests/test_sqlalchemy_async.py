@@ -170,7 +170,7 @@ def test_async_targets_install_on_their_sync_side(tmp_path: Any, how: str) -> No
 @pytest.mark.parametrize(
     ("given", "used"),
     [
-        ("sqlite+aiosqlite:///app.db", "sqlite+pysqlite:///app.db.autoseq"),
+        ("sqlite+aiosqlite:////srv/app.db", "sqlite+pysqlite:////srv/app.db.autoseq"),
         ("postgresql+asyncpg://u@h/db", "postgresql+psycopg://u@h/db"),
         ("postgresql+psycopg_async://u@h/db", "postgresql+psycopg://u@h/db"),
         ("mysql+aiomysql://u@h/db", "mysql+pymysql://u@h/db"),
@@ -179,6 +179,7 @@ def test_async_targets_install_on_their_sync_side(tmp_path: Any, how: str) -> No
     ],
 )
 def test_store_url_swaps_an_async_driver_for_its_sync_twin(given: str, used: str) -> None:
+    """An asyncio driver in the application's URL is swapped for its sync twin."""
     url, private = store_url(make_url(given))
     assert url.render_as_string(hide_password=False) == used
     assert private is False

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import pytest
-from contract import StoreContract
+from contract import MaintenanceContract, StoreContract
 
 from autoseq.stores import MemoryStore
 
 
 class TestMemoryStore(StoreContract):
+    @pytest.fixture
+    def store(self) -> MemoryStore:
+        return MemoryStore()
+
+
+class TestMemoryMaintenance(MaintenanceContract):
     @pytest.fixture
     def store(self) -> MemoryStore:
         return MemoryStore()

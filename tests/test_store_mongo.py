@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from contract import StoreContract
+from contract import MaintenanceContract, StoreContract
 from mongo_server import CommandLog, MongoServer
 
 from autoseq import InvalidSequenceConfig, SequenceConfig, StoreUnavailable
@@ -28,6 +28,30 @@ class TestMongoStore(StoreContract):
     @pytest.fixture
     def store(self, mongo_store: MongoStore) -> MongoStore:
         return mongo_store
+
+
+class TestMongoMaintenance(MaintenanceContract):
+    @pytest.fixture
+    def store(self, mongo_store: MongoStore) -> MongoStore:
+        return mongo_store
+
+    def corrupt(self, store: Any, name: str, **fields: Any) -> None:
+        store.collection.update_one({"_id": name}, {"$set": fields})
+
+
+def test_a_row_without_version_reads_as_zero_and_is_upgraded(mongo_store: MongoStore) -> None:
+    """A document written before versions existed reads as version 0; writes add it."""
+    mongo_store.create(SequenceConfig("old"))
+    mongo_store.collection.update_one({"_id": "old"}, {"$unset": {"version": ""}})
+    row = mongo_store.read("old")
+    assert row is not None
+    assert row.version == 0
+    block = mongo_store.reserve("old", 10)
+    assert block.version == 1
+    assert mongo_store.release(block) is True
+    stale = mongo_store.compare_and_set(row.replace(current=500), 0)
+    assert stale is None
+    assert mongo_store.read("old").current == 1
 
 
 def test_warm_reservation_is_one_round_trip(mongo_server: MongoServer, mongo_db_name: str) -> None:

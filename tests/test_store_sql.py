@@ -5,13 +5,82 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from contract import StoreContract
+import sqlalchemy as sa
+from contract import MaintenanceContract, StoreContract
+
+from autoseq import SequenceConfig
+from autoseq.stores import SQLStore
 
 
 class TestSQLStore(StoreContract):
     @pytest.fixture
     def store(self, sql_store: Any) -> Any:
         return sql_store
+
+
+class TestSQLMaintenance(MaintenanceContract):
+    @pytest.fixture
+    def store(self, sql_store: Any) -> Any:
+        return sql_store
+
+    def corrupt(self, store: Any, name: str, **fields: Any) -> None:
+        if any(isinstance(value, float) for value in fields.values()):
+            pytest.skip("a BIGINT column stores a whole float as an integer")
+        with store.engine.begin() as connection:
+            connection.execute(
+                sa.update(store.table).where(store.table.c.name == name).values(**fields)
+            )
+
+
+def test_a_table_without_version_is_upgraded_in_place(db_url: str) -> None:
+    """A sys_sequence made before versions gains the column; its rows read as version 0."""
+    from backends import unique_table
+
+    name = unique_table()
+    old = SQLStore(db_url, table=name)
+    engine = old.engine
+    columns = [
+        sa.Column(c.name, c.type, primary_key=c.primary_key, nullable=c.nullable)
+        for c in old.table.columns
+        if c.name != "version"
+    ]
+    legacy = sa.Table(name, sa.MetaData(), *columns)
+    legacy.create(engine)
+    try:
+        with engine.begin() as connection:
+            row = SequenceConfig("kept", current=41).as_row()
+            del row["version"]
+            connection.execute(sa.insert(legacy).values(row))
+        store = SQLStore(db_url, table=name)
+        row = store.read("kept")
+        assert row is not None
+        assert (row.current, row.version) == (41, 0)
+        block = store.reserve("kept", 10)
+        assert (block.first, block.version) == (41, 1)
+        assert "version" in {c["name"] for c in sa.inspect(store.engine).get_columns(name)}
+        store.close()
+    finally:
+        legacy.drop(engine)
+        old.close()
+
+
+def test_two_paths_to_one_sqlite_file_share_one_companion(tmp_path: Any) -> None:
+    """A symlinked directory and the real one find the same companion: no value twice."""
+    real = tmp_path / "releases" / "v1"
+    real.mkdir(parents=True)
+    link = tmp_path / "current"
+    link.symlink_to(real, target_is_directory=True)
+    a = SQLStore(f"sqlite:///{real / 'app.db'}")
+    b = SQLStore(f"sqlite:///{link / 'app.db'}")
+    try:
+        a.create(SequenceConfig("orders"))
+        b.create(SequenceConfig("orders"))
+        seen = list(a.reserve("orders", 10).values()) + list(b.reserve("orders", 10).values())
+        assert len(seen) == len(set(seen)) == 20
+        assert a.url.database == b.url.database == str(real / "app.db") + ".autoseq"
+    finally:
+        a.close()
+        b.close()
 
 
 def _switch_new_files_to_wal(paths: list[str], barrier: Any, results: Any) -> None:

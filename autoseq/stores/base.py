@@ -7,16 +7,17 @@ import weakref
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from autoseq.config import SequenceConfig
-from autoseq.errors import InvalidSequenceConfig, SequenceExhausted
+from autoseq.config import MAX_VALUE, SequenceConfig
+from autoseq.errors import InvalidCount, SequenceExhausted
 
 
 @dataclass(frozen=True, slots=True)
 class Block:
     """Values ``first, first + step, ..., last`` reserved for one process.
 
-    ``row`` is the stored row as the reservation left it; ``cycled`` says the
-    reservation wrapped from ``end`` back to ``start``.
+    ``row`` is the stored row as the reservation left it (its ``version``
+    is the one this reservation wrote); ``cycled`` says the reservation
+    wrapped from ``end`` back to ``start``.
     """
 
     name: str
@@ -35,6 +36,27 @@ class Block:
         """The block's values, in order."""
         return range(self.first, self.last + 1, self.step)
 
+    @property
+    def version(self) -> int:
+        """The row version this reservation produced; a hand-back compares it."""
+        return self.row.version
+
+
+def check_count(count: object, what: str = "reserve") -> int:
+    """Return ``count`` if it is an int from 1 to 2**63 - 1, else raise ``InvalidCount``.
+
+    Every store calls it before touching the row, so a fractional, boolean or
+    oversized count is refused as bad input, never half-applied nor reported
+    as an outage.
+    """
+    if isinstance(count, bool) or not isinstance(count, int):
+        raise InvalidCount(
+            f"cannot {what} {count!r} values: the count must be an int, got {type(count).__name__}"
+        )
+    if not 1 <= count <= MAX_VALUE:
+        raise InvalidCount(f"cannot {what} {count} values; ask for 1 to 2**63 - 1")
+    return count
+
 
 def plan_reservation(row: SequenceConfig, count: int) -> tuple[Block, int]:
     """Choose the next block of at most ``count`` values of ``row``.
@@ -43,8 +65,7 @@ def plan_reservation(row: SequenceConfig, count: int) -> tuple[Block, int]:
     every store reserves exactly the same ranges; the store's job is only to
     apply it atomically (one transaction, a row lock or a compare-and-set).
     """
-    if count < 1:
-        raise InvalidSequenceConfig(f"cannot reserve {count} values; ask for 1 or more")
+    check_count(count)
     first = row.next_value
     cycled = False
     if first > row.last_value:
@@ -54,7 +75,8 @@ def plan_reservation(row: SequenceConfig, count: int) -> tuple[Block, int]:
         cycled = True
     last = min(first + (count - 1) * row.step, row.last_value)
     new_current = last + row.step
-    block = Block(row.name, first, last, row.step, row.with_current(new_current), cycled)
+    after = row.with_current(new_current).replace_version(row.version + 1)
+    block = Block(row.name, first, last, row.step, after, cycled)
     return block, new_current
 
 
@@ -74,9 +96,19 @@ class SequenceStore(Protocol):
       stored row: the existing row wins, so racing creators agree.
     * ``read(name)`` returns the row or ``None``; ``read_all()`` every row.
     * ``update(config)`` overwrites a row's settings (``SequenceNotFound``
-      when missing).
-    * ``release(block)`` hands an unused block back with a compare-and-set:
-      only when nobody reserved after it; returns whether it did.
+      when missing); tests and first set-up only, maintenance uses
+      ``compare_and_set``.
+    * Every write bumps the row's ``version`` by one; a row stored before
+      versions existed reads as version 0.
+    * ``compare_and_set(row, version)`` writes every setting of ``row``
+      (``start``, ``end``, ``step``, ``current``, ``batch``, ``batch_count``,
+      ``cycle``) only if the stored row still has ``version``, and returns
+      the stored row (at ``version + 1``), else ``None``. A client that
+      re-sends the write after a lost reply finds another version and
+      changes nothing. ``SequenceNotFound`` when the row is missing.
+    * ``release(block)`` hands an unused block back: a compare-and-set of
+      ``current = block.first`` at ``block.version``, so only when nobody
+      wrote the row since that reservation; returns whether it did.
     * ``after_fork()`` drops connections inherited from a parent process;
       ``close()`` releases the store's resources.
     """
@@ -92,6 +124,8 @@ class SequenceStore(Protocol):
     def reserve(self, name: str, count: int) -> Block: ...
 
     def release(self, block: Block) -> bool: ...
+
+    def compare_and_set(self, row: SequenceConfig, version: int) -> SequenceConfig | None: ...
 
     def after_fork(self) -> None: ...
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import threading
 from datetime import UTC, datetime
+from typing import Any
 
 from autoseq.config import SequenceConfig, validate_name
 from autoseq.errors import SequenceNotFound
-from autoseq.stores.base import Block, plan_reservation
+from autoseq.stores.base import Block, check_count, plan_reservation
 
 
 class MemoryStore:
@@ -22,7 +23,7 @@ class MemoryStore:
         with self._lock:
             row = self._rows.get(config.name)
             if row is None:
-                row = config.with_current(config.next_value, _now())
+                row = config.with_current(config.next_value, _now()).replace_version(0)
                 self._rows[config.name] = row
             return row
 
@@ -30,6 +31,11 @@ class MemoryStore:
         validate_name(name)
         with self._lock:
             return self._rows.get(name)
+
+    def read_raw(self, name: str) -> dict[str, Any] | None:
+        """The stored row as plain data (what ``autoseq.maintenance.repair`` reads)."""
+        row = self.read(name)
+        return None if row is None else row.as_row()
 
     def read_all(self) -> list[SequenceConfig]:
         with self._lock:
@@ -39,12 +45,14 @@ class MemoryStore:
         with self._lock:
             if config.name not in self._rows:
                 raise SequenceNotFound(config.name)
-            row = config.with_current(config.next_value, _now())
+            old = self._rows[config.name]
+            row = config.with_current(config.next_value, _now()).replace_version(old.version + 1)
             self._rows[config.name] = row
             return row
 
     def reserve(self, name: str, count: int) -> Block:
         validate_name(name)
+        check_count(count)
         with self._lock:
             row = self._rows.get(name)
             if row is None:
@@ -55,12 +63,18 @@ class MemoryStore:
             return block
 
     def release(self, block: Block) -> bool:
+        return self.compare_and_set(block.row.with_current(block.first), block.version) is not None
+
+    def compare_and_set(self, row: SequenceConfig, version: int) -> SequenceConfig | None:
         with self._lock:
-            row = self._rows.get(block.name)
-            if row is None or row.next_value != block.last + block.step:
-                return False
-            self._rows[block.name] = row.with_current(block.first, _now())
-            return True
+            stored = self._rows.get(row.name)
+            if stored is None:
+                raise SequenceNotFound(row.name)
+            if stored.version != version:
+                return None
+            written = row.with_current(row.next_value, _now()).replace_version(version + 1)
+            self._rows[row.name] = written
+            return written
 
     def after_fork(self) -> None:
         self._lock = threading.Lock()

@@ -50,7 +50,7 @@ from autoseq.errors import (
     SequenceNotFound,
     StoreUnavailable,
 )
-from autoseq.stores.base import Block, plan_reservation, reset_after_fork
+from autoseq.stores.base import Block, check_count, plan_reservation, reset_after_fork
 
 if TYPE_CHECKING:
     from pymongo.collection import Collection
@@ -213,18 +213,28 @@ class MongoStore:
         )
         return None if stored is None else self._remember(stored)
 
+    def read_raw(self, name: str) -> dict[str, Any] | None:
+        """The stored document as plain data, unvalidated (for repairs)."""
+        validate_name(name)
+        stored = self._run(
+            f"reading sequence {name!r}", name, lambda: self.collection.find_one({"_id": name})
+        )
+        return None if stored is None else {**stored, "name": stored["_id"]}
+
     def read_all(self) -> list[SequenceConfig]:
         rows = self._run("reading sequences", None, lambda: list(self.collection.find({})))
         return sorted((self._remember(row) for row in rows), key=lambda row: row.name)
 
     def update(self, config: SequenceConfig) -> SequenceConfig:
         row = _document(config)
-        del row["_id"]
+        del row["_id"], row["version"]
         stored = self._run(
             f"updating sequence {config.name!r}",
             config.name,
             lambda: self.collection.find_one_and_update(
-                {"_id": config.name}, {"$set": row}, return_document=ReturnDocument.AFTER
+                {"_id": config.name},
+                {"$set": row, "$inc": {"version": 1}},
+                return_document=ReturnDocument.AFTER,
             ),
         )
         if stored is None:
@@ -255,6 +265,7 @@ class MongoStore:
 
     def reserve(self, name: str, count: int) -> Block:
         validate_name(name)
+        check_count(count)
         stored = self._rows.get(name)
         if stored is not None:
             block = self._increment(name, stored, count)
@@ -307,7 +318,13 @@ class MongoStore:
         highest_first = row.last_value - (count - 1) * row.step
         if highest_first < row.start:
             return None
-        bounds: dict[str, Any] = {"$gte": row.start, "$lte": highest_first}
+        # $type: a current a shell rewrote as a double must not be incremented
+        # (and then refused): it goes to the read-and-validate path instead.
+        bounds: dict[str, Any] = {
+            "$gte": row.start,
+            "$lte": highest_first,
+            "$type": ["int", "long"],
+        }
         if row.step > 1:
             if row.start < 0:
                 return None  # $mod truncates towards zero: leave negatives to the CAS path
@@ -321,7 +338,7 @@ class MongoStore:
             lambda: self.collection.find_one_and_update(
                 guard,
                 {
-                    "$inc": {"current": count * row.step},
+                    "$inc": {"current": count * row.step, "version": 1},
                     "$set": {"updated_at": _now(), "reserved_by": token},
                 },
                 return_document=ReturnDocument.AFTER,
@@ -335,9 +352,13 @@ class MongoStore:
             # under the write lock): our range is unknown, so it is skipped,
             # a gap and never a duplicate, and the compare-and-set path runs.
             return None
-        before = {**after, "current": after["current"] - count * row.step}
-        block, new_current = plan_reservation(_config(before), count)
-        self._rows[name] = {**before, "current": new_current}
+        before = {
+            **after,
+            "current": after["current"] - count * row.step,
+            "version": after["version"] - 1,
+        }
+        block, _ = plan_reservation(_config(before), count)
+        self._rows[name] = after
         self.reservations += 1
         return block
 
@@ -354,14 +375,14 @@ class MongoStore:
         self, name: str, stored: Mapping[str, Any], new_current: int
     ) -> dict[str, Any] | None:
         """Move ``current`` to ``new_current`` only if the row is still ``stored``."""
-        guard = {"_id": name, "current": stored["current"]}
+        guard = {"_id": name, "current": stored["current"], **_version_is(stored)}
         guard.update({field: stored[field] for field in _PLAN_FIELDS})
         return self._run(
             f"reserving from sequence {name!r}",
             name,
             lambda: self.collection.find_one_and_update(
                 guard,
-                {"$set": {"current": new_current, "updated_at": _now()}},
+                {"$set": {"current": new_current, "updated_at": _now()}, "$inc": {"version": 1}},
                 return_document=ReturnDocument.AFTER,
             ),
         )
@@ -372,8 +393,18 @@ class MongoStore:
             f"releasing a block of {block.name!r}",
             block.name,
             lambda: self.collection.find_one_and_update(
-                {"_id": block.name, "current": block.last + block.step},
-                {"$set": {"current": block.first, "updated_at": _now()}},
+                {
+                    "_id": block.name,
+                    "current": block.last + block.step,
+                    **_version_is({"version": block.version}),
+                },
+                {
+                    "$set": {
+                        "current": block.first,
+                        "updated_at": _now(),
+                        "version": block.version + 1,
+                    }
+                },
                 return_document=ReturnDocument.AFTER,
             ),
         )
@@ -381,6 +412,27 @@ class MongoStore:
             return False
         self._rows[block.name] = updated
         return True
+
+    def compare_and_set(self, row: SequenceConfig, version: int) -> SequenceConfig | None:
+        document = _document(row)
+        del document["_id"]
+        document["version"] = version + 1
+
+        def write() -> dict[str, Any] | None:
+            updated = self.collection.find_one_and_update(
+                {"_id": row.name, **_version_is({"version": version})},
+                {"$set": document},
+                return_document=ReturnDocument.AFTER,
+            )
+            if updated is None and self.collection.find_one({"_id": row.name}) is None:
+                raise SequenceNotFound(row.name)
+            return updated
+
+        stored = self._run(f"writing sequence {row.name!r}", row.name, write)
+        if stored is None:
+            self._rows.pop(row.name, None)
+            return None
+        return self._remember(stored)
 
     # lifecycle --------------------------------------------------------------
 
@@ -416,6 +468,14 @@ def _duplicate_of(client: pymongo.MongoClient[Any]) -> Callable[[], pymongo.Mong
 def _document(config: SequenceConfig) -> dict[str, Any]:
     row = config.as_row()
     return {"_id": row.pop("name"), **row, "updated_at": _now()}
+
+
+def _version_is(stored: Mapping[str, Any]) -> dict[str, Any]:
+    """A filter matching the row's version; a row from before versions counts as 0."""
+    version = stored.get("version") or 0
+    if version == 0:
+        return {"$or": [{"version": 0}, {"version": {"$exists": False}}]}
+    return {"version": version}
 
 
 def _config(stored: Mapping[str, Any]) -> SequenceConfig:

@@ -52,12 +52,13 @@ from redis.retry import Retry
 from autoseq.config import SequenceConfig, validate_name
 from autoseq.errors import (
     InvalidSequenceConfig,
+    InvalidStoredRow,
     ReservationConflict,
     SequenceExhausted,
     SequenceNotFound,
     StoreUnavailable,
 )
-from autoseq.stores.base import Block, reset_after_fork
+from autoseq.stores.base import Block, check_count, reset_after_fork
 
 log = logging.getLogger("autoseq")
 
@@ -167,7 +168,8 @@ local span = int(ARGV[8])
 if cmp(span, sub(last, first)) < 0 then stop = add(first, span) end
 local new_current = str(add(stop, step))
 redis.call('HSET', key, 'current', new_current, 'updated_at', ARGV[10])
-return {'ok', str(first), str(stop), new_current, cycled}
+local version = redis.call('HINCRBY', key, 'version', 1)
+return {'ok', str(first), str(stop), new_current, cycled, tostring(version)}
 """
 )
 
@@ -176,6 +178,7 @@ _CREATE = """
 local created = 0
 if redis.call('EXISTS', KEYS[1]) == 0 then
   redis.call('HSET', KEYS[1], 'name', unpack(ARGV))
+  redis.call('HSET', KEYS[1], 'version', '0')
   created = 1
 end
 redis.call('ZADD', KEYS[2], 0, ARGV[1])
@@ -185,15 +188,30 @@ return {created, redis.call('HGETALL', KEYS[1])}
 _UPDATE = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return false end
 redis.call('HSET', KEYS[1], 'name', unpack(ARGV))
+redis.call('HINCRBY', KEYS[1], 'version', 1)
 redis.call('ZADD', KEYS[2], 0, ARGV[1])
 return redis.call('HGETALL', KEYS[1])
 """
 
-# KEYS[1] the row. ARGV: current the block left behind, its first value, now.
+# KEYS[1] the row. ARGV: the version the block's reservation wrote, the
+# current it left behind, its first value, now, the next version. A row
+# from before versions has none: it counts as 0.
 _RELEASE = """
-if redis.call('HGET', KEYS[1], 'current') ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[1], 'current', ARGV[2], 'updated_at', ARGV[3])
+local version = redis.call('HGET', KEYS[1], 'version') or '0'
+if version ~= ARGV[1] or redis.call('HGET', KEYS[1], 'current') ~= ARGV[2] then return 0 end
+redis.call('HSET', KEYS[1], 'current', ARGV[3], 'updated_at', ARGV[4], 'version', ARGV[5])
 return 1
+"""
+
+# KEYS[1] the row. ARGV: the expected version, the next version, then the
+# row's field/value pairs. Applied only at the expected version, so a write
+# re-sent after a lost reply finds the next version and changes nothing.
+_COMPARE_AND_SET = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return {'missing'} end
+local version = redis.call('HGET', KEYS[1], 'version') or '0'
+if version ~= ARGV[1] then return {'stale'} end
+redis.call('HSET', KEYS[1], 'version', ARGV[2], unpack(ARGV, 3))
+return {'ok', redis.call('HGETALL', KEYS[1])}
 """
 
 
@@ -260,6 +278,7 @@ class RedisStore:
         self._create = client.register_script(_CREATE)
         self._update = client.register_script(_UPDATE)
         self._release = client.register_script(_RELEASE)
+        self._compare_and_set = client.register_script(_COMPARE_AND_SET)
         # Per name: the row's settings and the raw stored bytes they were
         # parsed from, which the reserve script compares.
         self._plans: dict[str, tuple[SequenceConfig, list[bytes]]] = {}
@@ -347,6 +366,31 @@ class RedisStore:
             raise self._translate(exc, f"reading sequence {name!r}", name) from exc
         return self._decode(name, raw) if raw else None
 
+    def read_raw(self, name: str) -> dict[str, Any] | None:
+        """The stored hash as plain data, unvalidated (for repairs).
+
+        Integers and the flags ``1``/``0`` are converted; anything else stays
+        the string Redis holds, for the repair to refuse.
+        """
+        key = self.key(name)
+        try:
+            raw = _pairs(self.client.hgetall(key))
+        except _REDIS_ERRORS as exc:
+            raise self._translate(exc, f"reading sequence {name!r}", name) from exc
+        if not raw:
+            return None
+        values: dict[str, Any] = {}
+        for field, value in raw.items():
+            text = field.decode()
+            if text in ("batch", "cycle") and value in _FLAGS:
+                values[text] = _FLAGS[value]
+            elif _INTEGER.fullmatch(value):
+                values[text] = int(value)
+            else:
+                values[text] = value.decode(errors="replace")
+        values["name"] = name
+        return values
+
     def read_all(self) -> list[SequenceConfig]:
         try:
             names = [_bytes(raw).decode() for raw in self.client.zrange(self.index_key, 0, -1)]
@@ -406,8 +450,7 @@ class RedisStore:
 
     def reserve(self, name: str, count: int) -> Block:
         key = self.key(name)
-        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-            raise InvalidSequenceConfig(f"cannot reserve {count!r} values; ask for 1 or more")
+        check_count(count)
         plan = self._plans.get(name)
         for _ in range(_MAX_REPLANS):
             config, raw_settings = plan if plan is not None else (None, [b""] * len(_PLAN_FIELDS))
@@ -425,6 +468,7 @@ class RedisStore:
             if status == b"ok":
                 raw = dict(zip(_PLAN_FIELDS, raw_settings, strict=True))
                 raw[b"current"] = _bytes(reply[3])
+                raw[b"version"] = _bytes(reply[5])
                 raw[b"updated_at"] = _bytes(args[-1])
                 row = self._decode(name, raw)
                 self.reservations += 1
@@ -441,9 +485,8 @@ class RedisStore:
                 raise self._missing(name)
             # invalid: decoding says what is wrong with the stored row
             self._decode(name, _pairs(reply[1]))
-            raise InvalidSequenceConfig(
-                f"stored sys_sequence row {name!r} in Redis is invalid: current is outside "
-                "[start, end] or not start + k * step; fix it with `autoseq set`"
+            raise InvalidStoredRow(
+                name, "current is outside [start, end] or not start + k * step (in Redis)"
             )
         raise ReservationConflict(
             f"sequence {name!r}: its settings changed {_MAX_REPLANS} times while reserving; "
@@ -472,20 +515,42 @@ class RedisStore:
         key = self.key(block.name)
         try:
             released = self._release(
-                keys=[key], args=[block.last + block.step, block.first, _now()], client=self.client
+                keys=[key],
+                args=[
+                    block.version,
+                    block.last + block.step,
+                    block.first,
+                    _now(),
+                    block.version + 1,
+                ],
+                client=self.client,
             )
         except _REDIS_ERRORS as exc:
             raise self._translate(exc, f"releasing a block of {block.name!r}", block.name) from exc
         return bool(released)
 
+    def compare_and_set(self, row: SequenceConfig, version: int) -> SequenceConfig | None:
+        key = self.key(row.name)
+        fields = _row_args(row)[1:]  # the name is the key's, never rewritten
+        try:
+            reply = self._compare_and_set(
+                keys=[key], args=[version, version + 1, *fields], client=self.client
+            )
+        except _REDIS_ERRORS as exc:
+            raise self._translate(exc, f"writing sequence {row.name!r}", row.name) from exc
+        status = _bytes(reply[0])
+        if status == b"missing":
+            raise SequenceNotFound(row.name)
+        self._plans.pop(row.name, None)
+        if status != b"ok":
+            return None
+        return self._decode(row.name, _pairs(reply[1]))
+
     # rows as Redis holds them -------------------------------------------------
 
     def _decode(self, name: str, raw: Mapping[bytes, bytes]) -> SequenceConfig:
         def bad(field: str, problem: str) -> InvalidSequenceConfig:
-            return InvalidSequenceConfig(
-                f"stored sys_sequence row {name!r} in Redis is invalid: {field} {problem}; "
-                "fix it with `autoseq set`"
-            )
+            return InvalidStoredRow(name, f"{field} {problem} (in Redis)")
 
         values: dict[str, Any] = {"name": name}
         for field in _INT_FIELDS:
@@ -498,6 +563,10 @@ class RedisStore:
             if value not in _FLAGS:
                 raise bad(field, f"is {value!r}, not 1 or 0")
             values[field] = _FLAGS[value]
+        version = raw.get(b"version", b"0")
+        if not _INTEGER.fullmatch(version):
+            raise bad("version", f"is {version!r}, not an integer")
+        values["version"] = int(version)
         stamp = raw.get(b"updated_at")
         try:
             values["updated_at"] = datetime.fromisoformat(stamp.decode()) if stamp else None

@@ -44,7 +44,7 @@ from autoseq.errors import (
     SequenceNotFound,
     StoreUnavailable,
 )
-from autoseq.stores.base import Block, plan_reservation, reset_after_fork
+from autoseq.stores.base import Block, check_count, plan_reservation, reset_after_fork
 
 log = logging.getLogger("autoseq")
 
@@ -76,6 +76,7 @@ def sequence_table(name: str = "sys_sequence", metadata: sa.MetaData | None = No
         sa.Column("batch_count", sa.Integer, nullable=False),
         sa.Column("cycle", sa.Boolean, nullable=False),
         sa.Column("updated_at", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("version", sa.BigInteger, nullable=False, server_default="0"),
     )
 
 
@@ -108,6 +109,10 @@ def store_url(url: URL) -> tuple[URL, bool]:
         return make_url("sqlite://"), True
     if database.endswith(SIDECAR_SUFFIX):
         return url, False
+    if not database.startswith("file:"):
+        # Two paths to one file (a symlinked release directory) must find
+        # one companion, or each would hand out the same keys.
+        database = os.path.realpath(database)
     return url.set(database=database + SIDECAR_SUFFIX), False
 
 
@@ -152,6 +157,7 @@ class SQLStore:
         self.table = sequence_table(self.table_name)
         self.dialect = self.url.get_backend_name()
         self._table_ready = False
+        self._version_ready = False
         self._sockets: weakref.WeakSet[Any] = weakref.WeakSet()
         self._watchdog = False
         self._timers = _Watchdog(statement_timeout, self._shut_sockets)
@@ -287,7 +293,10 @@ class SQLStore:
     # table ----------------------------------------------------------------
 
     def create_table(self) -> None:
-        """Create ``sys_sequence`` unless it exists (safe when processes race)."""
+        """Create ``sys_sequence`` unless it exists, or add ``version`` to an older one.
+
+        Safe when processes race.
+        """
         try:
             with self._gate.passage(), self._deadline():
                 self.table.create(self.engine, checkfirst=True)
@@ -300,6 +309,7 @@ class SQLStore:
             if not exists:
                 raise self._translate(exc, "creating the sequence table", None) from exc
         self._table_ready = True
+        self._ensure_version_column()
 
     def drop_table(self) -> None:
         """Drop ``sys_sequence`` (tests, ``autoseq`` maintenance)."""
@@ -310,11 +320,42 @@ class SQLStore:
         if not self._table_ready:
             self.create_table()
 
+    def _ensure_version_column(self) -> None:
+        """Add ``version`` to a table made before it existed (once per store)."""
+        if self._version_ready:
+            return
+        try:
+            with self._deadline():
+                inspector = sa.inspect(self.engine)
+                if not inspector.has_table(self.table_name):
+                    return
+                columns = {column["name"] for column in inspector.get_columns(self.table_name)}
+            if "version" not in columns:
+                quoted = self.engine.dialect.identifier_preparer.quote(self.table_name)
+                try:
+                    with self._transaction() as connection:
+                        connection.exec_driver_sql(
+                            f"ALTER TABLE {quoted} ADD COLUMN version BIGINT NOT NULL DEFAULT 0"
+                        )
+                    log.info("added the version column to %s", self.table_name)
+                except DBAPIError:
+                    # Another process added it first; anything else shows up
+                    # as a missing column on the next statement.
+                    with self._deadline():
+                        columns = {
+                            c["name"] for c in sa.inspect(self.engine).get_columns(self.table_name)
+                        }
+                    if "version" not in columns:
+                        raise
+        except SQLAlchemyError as exc:
+            raise self._translate(exc, "upgrading the sequence table", None) from exc
+        self._version_ready = True
+
     # rows -----------------------------------------------------------------
 
     def create(self, config: SequenceConfig) -> SequenceConfig:
         self._ensure_table()
-        row = config.as_row() | {"updated_at": _now()}
+        row = config.as_row() | {"updated_at": _now(), "version": 0}
         try:
             with self._transaction() as connection:
                 connection.execute(sa.insert(self.table).values(row))
@@ -329,6 +370,7 @@ class SQLStore:
 
     def read(self, name: str) -> SequenceConfig | None:
         validate_name(name)
+        self._ensure_version_column()
         try:
             with self._connection() as connection:
                 row = (
@@ -342,7 +384,25 @@ class SQLStore:
             raise self._translate(exc, f"reading sequence {name!r}", name) from exc
         return None if row is None else SequenceConfig.from_row(row)
 
+    def read_raw(self, name: str) -> dict[str, Any] | None:
+        """The stored row as the driver returns it, unvalidated (for repairs)."""
+        validate_name(name)
+        self._ensure_version_column()
+        try:
+            with self._connection() as connection:
+                row = (
+                    connection.execute(sa.select(self.table).where(self.table.c.name == name))
+                    .mappings()
+                    .first()
+                )
+        except (NoSuchTableError, DBAPIError) as exc:
+            if self._missing_table(exc):
+                return None
+            raise self._translate(exc, f"reading sequence {name!r}", name) from exc
+        return None if row is None else dict(row)
+
     def read_all(self) -> list[SequenceConfig]:
+        self._ensure_version_column()
         try:
             with self._connection() as connection:
                 rows = (
@@ -357,7 +417,8 @@ class SQLStore:
         return [SequenceConfig.from_row(row) for row in rows]
 
     def update(self, config: SequenceConfig) -> SequenceConfig:
-        row = config.as_row() | {"updated_at": _now()}
+        self._ensure_version_column()
+        row = config.as_row() | {"updated_at": _now(), "version": self.table.c.version + 1}
         del row["name"]
         try:
             with self._transaction() as connection:
@@ -383,6 +444,8 @@ class SQLStore:
 
     def reserve(self, name: str, count: int) -> Block:
         validate_name(name)
+        check_count(count)
+        self._ensure_version_column()
         started = time.monotonic()
         gives_up = started + self.statement_timeout
         attempts = 0
@@ -461,8 +524,8 @@ class SQLStore:
             block, new_current = plan_reservation(SequenceConfig.from_row(row), count)
             result = connection.execute(
                 sa.update(t)
-                .where(t.c.name == name, t.c.current == row["current"])
-                .values(current=new_current, updated_at=_now())
+                .where(t.c.name == name, t.c.version == row["version"])
+                .values(current=new_current, updated_at=_now(), version=t.c.version + 1)
             )
             if result.rowcount != 1:
                 raise _Conflict
@@ -470,16 +533,42 @@ class SQLStore:
 
     def release(self, block: Block) -> bool:
         t = self.table
+        self._ensure_version_column()
         try:
             with self._transaction() as connection:
                 result = connection.execute(
                     sa.update(t)
-                    .where(t.c.name == block.name, t.c.current == block.last + block.step)
-                    .values(current=block.first, updated_at=_now())
+                    .where(
+                        t.c.name == block.name,
+                        t.c.version == block.version,
+                        t.c.current == block.last + block.step,
+                    )
+                    .values(current=block.first, updated_at=_now(), version=block.version + 1)
                 )
         except DBAPIError as exc:
             raise self._translate(exc, f"releasing a block of {block.name!r}", block.name) from exc
         return result.rowcount == 1
+
+    def compare_and_set(self, row: SequenceConfig, version: int) -> SequenceConfig | None:
+        t = self.table
+        self._ensure_version_column()
+        values = row.as_row() | {"updated_at": _now(), "version": version + 1}
+        del values["name"]
+        try:
+            with self._transaction() as connection:
+                result = connection.execute(
+                    sa.update(t).where(t.c.name == row.name, t.c.version == version).values(values)
+                )
+                if result.rowcount != 1:
+                    exists = connection.execute(
+                        sa.select(t.c.name).where(t.c.name == row.name)
+                    ).first()
+                    if exists is None:
+                        raise SequenceNotFound(row.name)
+                    return None
+        except DBAPIError as exc:
+            raise self._translate(exc, f"writing sequence {row.name!r}", row.name) from exc
+        return self.read(row.name)
 
     def _missing_table(self, exc: BaseException) -> bool:
         if isinstance(exc, NoSuchTableError):
@@ -694,6 +783,7 @@ def _one_statement_reservation(table: sa.Table, engine: Engine) -> sa.Update | N
         .values(
             current=c.current + sa.bindparam("count", type_=sa.BigInteger) * c.step,
             updated_at=sa.bindparam("now", type_=c.updated_at.type),
+            version=c.version + 1,
         )
         .returning(*c)
     )

@@ -250,7 +250,7 @@ CASES = [
         "row-step-zero",
         lambda ctx: ctx.store.reserve("edited", 1),
         InvalidSequenceConfig,
-        "stored sys_sequence row is invalid: sequence 'edited': step=0",
+        "row 'edited' is invalid: sequence 'edited': step=0",
         edited(step=0),
     ),
     Case(
