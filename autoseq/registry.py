@@ -8,7 +8,18 @@ from collections.abc import Callable
 from autoseq.config import SequenceConfig, validate_name
 from autoseq.errors import SequenceNotFound
 from autoseq.lock import BufferPolicy, SequenceLock
+from autoseq.maintenance import first_value_after
 from autoseq.stores.base import SequenceStore
+
+
+def opening_row(config: SequenceConfig, floor: int | None) -> SequenceConfig:
+    """``config`` moved past ``floor`` (the largest key in use), for a row about to be created."""
+    if floor is None or floor < config.next_value:
+        return config
+    # Keys past ``end`` leave the row exhausted: reservations then say so.
+    return config.with_current(
+        min(first_value_after(config, floor), config.last_value + config.step)
+    )
 
 
 class SequenceRegistry:
@@ -56,13 +67,29 @@ class SequenceRegistry:
         return [row.name for row in rows]
 
     def register(
-        self, config: SequenceConfig, *, policy: BufferPolicy | None = None
+        self,
+        config: SequenceConfig,
+        *,
+        policy: BufferPolicy | None = None,
+        floor: Callable[[], int | None] | None = None,
     ) -> SequenceLock:
-        """Create the row unless it exists (the stored row wins) and return its lock."""
+        """Create the row unless it exists (the stored row wins) and return its lock.
+
+        ``floor`` returns the largest key already stored in the columns or
+        fields that use the sequence (``max()``, None when empty). It is
+        asked only when the row is missing, and a row created then starts
+        past it: a table that has rows, a dropped ``sys_sequence`` or a lost
+        SQLite companion never restart the sequence under existing keys.
+        """
         lock = self._locks.get(config.name)
         if lock is not None:
             return lock
-        return self._lock_for(self.store.create(config), policy)
+        if floor is None:
+            return self._lock_for(self.store.create(config), policy)
+        row = self.store.read(config.name)
+        if row is None:
+            row = self.store.create(opening_row(config, floor()))
+        return self._lock_for(row, policy)
 
     def get(self, name: str) -> SequenceLock:
         """The lock of sequence ``name``, loading (or creating) its row on first use."""

@@ -24,6 +24,8 @@ the caller's transaction never hands a value out again.
 
 from __future__ import annotations
 
+import functools
+import logging
 import os
 import threading
 import weakref
@@ -35,6 +37,7 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine, Result
 from sqlalchemy.engine.default import DefaultExecutionContext
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import (
     MappedColumn,
     Mapper,
@@ -46,6 +49,7 @@ from sqlalchemy.orm import (
     sessionmaker,
 )
 from sqlalchemy.orm.attributes import instance_state
+from sqlalchemy.pool import NullPool
 from sqlalchemy.sql.dml import Insert
 from sqlalchemy.sql.schema import Column
 
@@ -54,6 +58,8 @@ from autoseq.errors import AutoseqError, InvalidSequenceConfig, SequenceNotFound
 from autoseq.lock import BufferPolicy, SequenceLock
 from autoseq.registry import SequenceRegistry
 from autoseq.stores.base import SequenceStore
+
+log = logging.getLogger("autoseq")
 
 #: Key in ``Column.info`` under which a column's sequence settings travel.
 INFO_KEY = "autoseq"
@@ -234,8 +240,10 @@ class _Installation:
         assert spec is not None
         config = spec.config_for(column)
         registry = self.registry_for(bind)
+        floor = functools.partial(_column_floor, _engine_of(bind), column, config.name)
         if self.auto_create and registry.auto_create:
-            return registry.register(config)  # the field's settings, not the registry's defaults
+            # the field's settings, not the registry's defaults
+            return registry.register(config, floor=floor)
         try:
             return registry.get(config.name)  # reads first: no failed INSERT in server logs
         except SequenceNotFound:
@@ -245,7 +253,44 @@ class _Installation:
                     f"column {column.table.name}.{column.key} uses it and install() was "
                     f"called with auto_create=False; create it (`autoseq create {config.name}`)",
                 ) from None
-            return registry.register(config)
+            return registry.register(config, floor=floor)
+
+
+def _column_floor(engine: Engine, column: Column[Any], name: str) -> int | None:
+    """``max()`` over every column of ``column``'s metadata using sequence ``name``.
+
+    Asked once, when the sequence's row is missing, on a connection of its
+    own outside the application's pool (never the caller's transaction, and
+    never waiting for a pooled connection the caller holds). A table not
+    created yet counts as empty; a private in-memory SQLite database cannot
+    be read from another connection and is skipped (its rows vanish with it).
+    """
+    if engine.dialect.name == "sqlite" and (engine.url.database or ":memory:") == ":memory:":
+        return None
+    users = [
+        candidate
+        for table in (column.table.metadata.tables.values() if column.table is not None else [])
+        for candidate in table.columns
+        if (spec := sequence_spec(candidate)) is not None
+        and spec.config_for(candidate).name == name
+    ] or [column]
+    top: int | None = None
+    reader = sa.create_engine(engine.url, poolclass=NullPool)
+    try:
+        with reader.connect() as connection:
+            for user in users:
+                try:
+                    with connection.begin():
+                        value = connection.execute(sa.select(sa.func.max(user))).scalar()
+                except SQLAlchemyError:
+                    continue  # its table does not exist (yet) in this database
+                if value is not None and (top is None or int(value) > top):
+                    top = int(value)
+    except SQLAlchemyError as exc:
+        log.warning("sequence %r: could not read max() of its columns (%s)", name, exc)
+    finally:
+        reader.dispose()
+    return top
 
 
 # which installation covers a session, a connection, an engine ------------------
@@ -434,13 +479,23 @@ def _table_targets(table: Any) -> list[_Target]:
 
 
 def _given_by_values(statement: Insert, key: str, column: Column[Any]) -> bool:
+    """Whether ``insert().values(...)`` gives ``column``; a given literal is checked."""
     values: Mapping[Any, Any] = statement._values or {}
-    for given in values:
+    for given, value in values.items():
         if isinstance(given, str):
-            if given == key:
-                return True
-        elif given is column or getattr(given, "key", None) == key:
-            return True
+            if given != key:
+                continue
+        elif given is not column and getattr(given, "key", None) != key:
+            continue
+        # A plain value arrives as a bound parameter; an SQL expression
+        # (a subquery, a function) is the caller's to vouch for.
+        if (
+            isinstance(value, sa.BindParameter)
+            and value.callable is None
+            and value.value is not None
+        ):
+            _check_explicit(value.value, column)
+        return True
     return False
 
 
@@ -558,12 +613,11 @@ def _before_execute(
     params: dict[str, Any],
     _options: object,
 ) -> tuple[Any, list[dict[str, Any]], dict[str, Any]]:
-    if not isinstance(statement, Insert) or not (multiparams or params):
+    if not isinstance(statement, Insert) or statement._select_names:
         return statement, multiparams, params
-    if statement._multi_values or statement._select_names:
-        return statement, multiparams, params
+    # Computed even with no parameters: it checks the keys given by values().
     targets = [t for t in _table_targets(statement.table) if not _given_by_values(statement, *t)]
-    if not targets:
+    if not targets or not (multiparams or params) or statement._multi_values:
         return statement, multiparams, params
     engine = _engine_of(connection)
     installation = _for_engine(engine, connection)

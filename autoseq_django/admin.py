@@ -37,17 +37,30 @@ def sequence_alias() -> str:
 class SysSequenceForm(_Form):
     """Checks a change against the stored row, the columns using it and ``end``."""
 
+    #: ``current`` as the form showed it: processes move the stored one while
+    #: the form is open, and only a value the operator typed is a change.
+    opened_current = forms.IntegerField(widget=forms.HiddenInput, required=False)
+
     class Meta:
         model = SysSequence
         fields = ("current", "end", "step", "batch", "batch_count", "cycle")
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk is not None:
+            self.fields["opened_current"].initial = self.instance.current
+
     def changes(self) -> dict[str, Any]:
-        """The changed settings, as ``maintenance.change`` takes them."""
-        return {
+        """The settings the operator changed, as ``maintenance.change`` takes them."""
+        changes = {
             name: self.cleaned_data[name]
             for name in self.changed_data
             if name in maintenance.CHANGEABLE
         }
+        opened = self.cleaned_data.get("opened_current")
+        if "current" in changes and opened is not None and changes["current"] == opened:
+            del changes["current"]  # untouched: the stored row moved on meanwhile
+        return changes
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}
@@ -92,6 +105,7 @@ class SysSequenceAdmin(_Admin):
         "left",
         "used_by",
         "updated_at",
+        "opened_current",
     )
     readonly_fields = ("name", "start", "left", "used_by", "updated_at")
 

@@ -1,30 +1,32 @@
 """Moving sequences safely: what the admin and ``manage.py autoseq`` share.
 
-Every change goes through the store's own connection with a compare-and-set
-on ``current``, so a reservation made meanwhile by another process is never
-overwritten. ``current`` only moves forward unless forced (a running process
-may hold a block below it), and never to a value at or below ``max()`` of a
-column that uses the sequence, which would hand out existing keys again.
+This module only finds what Django knows (the models and columns using a
+sequence, ``max()`` of each, which database holds which ``sys_sequence``);
+every write goes through :mod:`autoseq.maintenance`, a compare-and-set on
+the row's version in the store's own connection. So a reservation made
+meanwhile by another process is never overwritten, ``current`` only moves
+forward unless forced (a running process may hold a block below it), and
+never to a value at or below ``max()`` of a column that uses the sequence.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from django.apps import apps as global_apps
 from django.conf import settings
 from django.db import connections, models, router
 
-from autoseq import InvalidSequenceConfig, SequenceConfig, SequenceNotFound
+from autoseq import SequenceConfig, SequenceNotFound
+from autoseq import maintenance as core
+from autoseq.errors import ValueMovesBackward
 from autoseq_django import sequences
 from autoseq_django.fields import SequenceField, sequence_fields
 
 #: Settings of a row that the admin and ``autoseq set`` may change.
-CHANGEABLE = ("current", "end", "step", "batch", "batch_count", "cycle")
-_CAS_ATTEMPTS = 20
+CHANGEABLE = core.CHANGEABLE
 
 
 @dataclass(frozen=True)
@@ -82,29 +84,26 @@ def columns_of(name: str, sequence_alias: str) -> list[ColumnMax]:
     return found
 
 
-def first_value_after(row: SequenceConfig, value: int | None) -> int:
-    """The first value of ``row``'s series (``start + k * step``) greater than ``value``."""
-    if value is None or value < row.start:
-        return row.start
-    return row.start + ((value - row.start) // row.step + 1) * row.step
+first_value_after = core.first_value_after
 
 
-def _now() -> datetime:
-    return datetime.now(UTC)
+def _floor(columns: list[ColumnMax]) -> int | None:
+    values = [column.value for column in columns if column.value is not None]
+    return max(values) if values else None
 
 
-def _compare_and_set(sequence_alias: str, name: str, seen: int, values: dict[str, Any]) -> bool:
-    import sqlalchemy as sa
-
-    store = sequences.store(sequence_alias)
-    table = store.table
-    with store.engine.begin() as connection:
-        result = connection.execute(
-            sa.update(table)
-            .where(table.c.name == name, table.c.current == seen)
-            .values(**values, updated_at=_now())
-        )
-    return result.rowcount == 1
+def _check_columns(row: SequenceConfig, changes: dict[str, Any], columns: list[ColumnMax]) -> None:
+    """Name the column whose keys a new ``current`` would hand out again."""
+    current = changes.get("current")
+    if current is None or current == row.next_value:
+        return
+    for column in columns:
+        if column.value is not None and current <= column.value:
+            raise ValueMovesBackward(
+                f"sequence {row.name!r}: current={current} is not past max({column.label})"
+                f"={column.value} in database {column.database!r}; use "
+                f"{first_value_after(row, column.value)} or more"
+            )
 
 
 def read(sequence_alias: str, name: str) -> SequenceConfig:
@@ -124,34 +123,14 @@ def validate_change(
     columns: list[ColumnMax] | None = None,
 ) -> SequenceConfig:
     """The row after ``changes``, or ``InvalidSequenceConfig`` saying why it cannot be."""
-    unknown = sorted(set(changes) - set(CHANGEABLE))
-    if unknown:
-        raise InvalidSequenceConfig(
-            f"cannot change {', '.join(unknown)}; changeable: {', '.join(CHANGEABLE)}"
-        )
-    merged = {**row.as_row(), **changes}
-    if merged["current"] > merged["end"]:
-        raise InvalidSequenceConfig(
-            f"sequence {row.name!r}: current={merged['current']} is past end={merged['end']}; "
-            "raise end first"
-        )
-    candidate = SequenceConfig(**merged)
-    current = candidate.next_value
-    if "current" in changes and current != row.next_value:
-        if current < row.next_value and not force:
-            raise InvalidSequenceConfig(
-                f"sequence {row.name!r}: current may only move forward (stored: "
-                f"{row.next_value}); running processes may hold the values below it. "
-                "Stop them and use `manage.py autoseq set --force` to move it back."
-            )
-        for column in columns if columns is not None else columns_of(row.name, sequence_alias):
-            if column.value is not None and current <= column.value:
-                raise InvalidSequenceConfig(
-                    f"sequence {row.name!r}: current={current} is not past max({column.label})"
-                    f"={column.value} in database {column.database!r}; use "
-                    f"{first_value_after(candidate, column.value)} or more"
-                )
-    return candidate
+    if columns is None:
+        columns = columns_of(row.name, sequence_alias) if "current" in changes else []
+    try:
+        planned = core.planned_change(row, force=force, **changes)
+    except ValueMovesBackward as exc:
+        raise ValueMovesBackward(f"{exc} (`manage.py autoseq set NAME VALUE --force`)") from None
+    _check_columns(row, changes, columns)
+    return planned or row
 
 
 def change(
@@ -159,18 +138,13 @@ def change(
 ) -> SequenceConfig:
     """Apply ``changes`` to row ``name`` (validated, compare-and-set) and return the row."""
     columns = columns_of(name, sequence_alias) if "current" in changes else []
-    for _ in range(_CAS_ATTEMPTS):
-        row = read(sequence_alias, name)
-        candidate = validate_change(sequence_alias, row, changes, force=force, columns=columns)
-        values = {key: getattr(candidate, key) for key in CHANGEABLE if key != "current"}
-        values["current"] = candidate.next_value
-        if _compare_and_set(sequence_alias, name, row.next_value, values):
-            sequences.forget(sequence_alias, name)
-            return read(sequence_alias, name)
-    raise InvalidSequenceConfig(
-        f"sequence {name!r} kept moving while being changed ({_CAS_ATTEMPTS} attempts); "
-        "try again when it is less busy"
+    store = sequences.store(sequence_alias)
+    validate_change(
+        sequence_alias, read(sequence_alias, name), changes, force=force, columns=columns
     )
+    stored = core.change(store, name, force=force, floor=_floor(columns), **changes)
+    sequences.forget(sequence_alias, name)
+    return stored
 
 
 def advance_past(sequence_alias: str, config: SequenceConfig, value: int | None) -> tuple[int, int]:
@@ -180,25 +154,13 @@ def advance_past(sequence_alias: str, config: SequenceConfig, value: int | None)
     past; with nothing (``value`` None) it is left to be created on first use.
     """
     store = sequences.store(sequence_alias)
-    row = store.read(config.name)
-    if row is None:
-        if value is None:
-            return config.next_value, config.next_value
-        row = store.create(config)
-    for _ in range(_CAS_ATTEMPTS):
-        target = first_value_after(row, value)
-        if target <= row.next_value:
-            return row.next_value, row.next_value
-        if target > row.last_value and not row.cycle:
-            raise InvalidSequenceConfig(
-                f"sequence {row.name!r}: the column already holds {value}, past the last "
-                f"value {row.last_value} (end={row.end}); raise end first"
-            )
-        if _compare_and_set(sequence_alias, row.name, row.next_value, {"current": target}):
-            sequences.forget(sequence_alias, row.name)
-            return row.next_value, target
-        row = read(sequence_alias, row.name)
-    raise InvalidSequenceConfig(f"sequence {row.name!r} kept moving while being synced")
+    before = store.read(config.name)
+    if before is None and value is None:
+        return config.next_value, config.next_value
+    row, _ = core.adopt(store, config, value)
+    sequences.forget(sequence_alias, row.name)
+    old = before.next_value if before is not None else config.next_value
+    return old, row.next_value
 
 
 @dataclass(frozen=True)

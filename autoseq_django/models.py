@@ -34,6 +34,9 @@ class SysSequence(models.Model):
     updated_at: models.DateTimeField[datetime | None, datetime | None] = models.DateTimeField(
         null=True, blank=True
     )
+    version: models.BigIntegerField[int, int] = models.BigIntegerField(
+        default=0, help_text="Bumped by every write; hand-backs compare it."
+    )
 
     class Meta:
         db_table = "sys_sequence"

@@ -185,9 +185,10 @@ def lock(config: SequenceConfig, write_alias: str) -> SequenceLock:
     With ``AUTO_CREATE`` a missing row is created from ``config``; without
     it ``SequenceNotFound`` says how to create it.
     """
-    found = registry(sequence_database(write_alias))
+    sequence_alias = sequence_database(write_alias)
+    found = registry(sequence_alias)
     if found.auto_create:
-        return found.register(config)
+        return found.register(config, floor=lambda: _columns_floor(config.name, sequence_alias))
     try:
         return found.get(config.name)
     except SequenceNotFound:
@@ -196,6 +197,14 @@ def lock(config: SequenceConfig, write_alias: str) -> SequenceLock:
             "create it with `manage.py autoseq create "
             f"{config.name}` or set AUTOSEQ['AUTO_CREATE'] = True",
         ) from None
+
+
+def _columns_floor(name: str, sequence_alias: str) -> int | None:
+    """``max()`` of every column using ``name`` in the databases sharing its store."""
+    from autoseq_django.maintenance import columns_of
+
+    values = [c.value for c in columns_of(name, sequence_alias) if c.value is not None]
+    return max(values) if values else None
 
 
 def forget(alias: str, name: str) -> None:

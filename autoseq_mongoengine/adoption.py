@@ -4,7 +4,8 @@ A collection that already has documents numbered by mongoengine's own
 ``SequenceField`` (counter in ``mongoengine.counters``, ``{"_id":
 "<name>.<field>", "next": <last value issued>}``) or by hand moves to autoseq
 by moving the sequence's ``current`` past the larger of the counter and the
-largest value stored in the field. ``current`` never moves backwards.
+largest value stored in the field, with :func:`autoseq.maintenance.adopt` (a
+compare-and-set on the row's version). ``current`` never moves backwards.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pymongo.collection import Collection
 from pymongo.database import Database
 from pymongo.errors import PyMongoError
 
+from autoseq import maintenance
 from autoseq.config import SequenceConfig, validate_name
 from autoseq.errors import InvalidSequenceConfig, StoreUnavailable
 from autoseq.stores.mongo import MongoStore, validate_collection_name
@@ -63,7 +65,7 @@ def adopt_sequence(
     validate_field_name(field)
     try:
         counter = _counter(database, counters_collection, counter_id) if counter_id else None
-        largest = None if documents is None else _max_value(documents, field, numeric_only)
+        largest = None if documents is None else max_stored_value(documents, field, numeric_only)
     except PyMongoError as exc:
         raise StoreUnavailable(
             f"reading what sequence {config.name!r} must start after failed: "
@@ -72,23 +74,23 @@ def adopt_sequence(
         ) from exc
     store = MongoStore(database, sequence_collection)
     try:
-        row = store.read(config.name) or (config if dry_run else store.create(config))
         seen = [value for value in (counter, largest) if value is not None]
-        if not seen:
-            return Adoption(config.name, counter, largest, row, moved=False)
-        last = max(seen)
-        target = row.start + max(0, (last - row.start) // row.step + 1) * row.step
-        if target <= row.next_value:
-            return Adoption(config.name, counter, largest, row, moved=False)
-        if target > row.last_value:
+        last = max(seen) if seen else None
+        row = store.read(config.name) or config
+        target = maintenance.first_value_after(row, last)
+        if last is not None and target > row.last_value:
             raise InvalidSequenceConfig(
                 f"sequence {config.name!r}: existing values reach {last}, past its "
                 f"end={row.end}; raise end (or use another sequence) before adopting"
             )
-        adopted = row.replace(current=target)
-        if not dry_run:
-            adopted = store.update(adopted)
-        return Adoption(config.name, counter, largest, adopted, moved=True)
+        if dry_run:
+            moved = target > row.next_value
+            planned = row.with_current(target) if moved else row
+            return Adoption(config.name, counter, largest, planned, moved=moved)
+        before = store.read(config.name)
+        adopted, _ = maintenance.adopt(store, config, last)
+        moved = adopted.next_value != (before or config).next_value
+        return Adoption(config.name, counter, largest, adopted, moved=moved)
     finally:
         store.close()
 
@@ -146,7 +148,8 @@ def _counter(database: Database[Any], collection: str, counter_id: str) -> int |
     return _as_int(entry.get("next"))
 
 
-def _max_value(target: Collection[Any], field: str, numeric_only: bool) -> int | None:
+def max_stored_value(target: Collection[Any], field: str, numeric_only: bool) -> int | None:
+    """The largest integer in ``field`` of ``target``; ``numeric_only=False`` scans strings too."""
     if numeric_only:
         top = target.find_one(
             {field: {"$type": "number"}}, projection={field: 1}, sort=[(field, -1)]

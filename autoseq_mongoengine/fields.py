@@ -28,9 +28,11 @@ from mongoengine import signals
 from mongoengine.base import BaseField
 from mongoengine.connection import DEFAULT_CONNECTION_NAME
 from mongoengine.document import Document
+from pymongo.errors import PyMongoError
 
+from autoseq import maintenance
 from autoseq.config import MAX_VALUE, SequenceConfig, validate_name
-from autoseq.errors import InvalidSequenceConfig, SequenceExhausted
+from autoseq.errors import InvalidSequenceConfig, SequenceExhausted, StoreUnavailable
 from autoseq.lock import BufferPolicy, SequenceLock
 from autoseq.stores.mongo import MongoStore, validate_collection_name
 from autoseq_mongoengine.registry import sequences
@@ -118,8 +120,34 @@ class SequenceField(BaseField):  # type: ignore[misc]
     def lock(self) -> SequenceLock:
         """The lock serving this field's values in this process."""
         return sequences.lock(
-            self.db_alias, self.collection_name, self.sequence_config(), self.policy
+            self.db_alias,
+            self.collection_name,
+            self.sequence_config(),
+            self.policy,
+            self.stored_max,
         )
+
+    def stored_max(self) -> int | None:
+        """The largest value of this field already stored in the documents (None if none).
+
+        Asked when the sequence's row is missing (first use, a dropped
+        ``sys_sequence``), so the row starts past documents already there.
+        A decorated field (values stored as strings) is scanned.
+        """
+        from autoseq_mongoengine.adoption import max_stored_value
+
+        document = self.owner_document
+        if document is None or document._meta.get("abstract"):
+            return None
+        try:
+            return max_stored_value(
+                document._get_collection(), self.db_field, numeric_only=self.value_decorator is int
+            )
+        except PyMongoError as exc:
+            raise StoreUnavailable(
+                f"reading the largest {document.__name__}.{self.name} failed: {exc}",
+                name=self.get_sequence_name(),
+            ) from exc
 
     # values -----------------------------------------------------------------
 
@@ -151,33 +179,39 @@ class SequenceField(BaseField):  # type: ignore[misc]
             return self.value_decorator(row.start)
         return self.value_decorator(row.next_value)
 
-    def set_next_value(self, value: Any) -> Any:
+    def set_next_value(self, value: Any, *, force: bool = False) -> Any:
         """Record ``value`` as the last value issued: the next document gets ``value + step``.
 
         This is what mongoengine's ``set_next_value`` does (it stores the
         counter, which is then incremented), so ``set_next_value(max_id)``
-        after an import keeps working. Like it, it overwrites the stored row;
-        processes that already hold a block keep serving it, this one drops
-        its own.
+        after an import keeps working. Unlike it, the write is a
+        compare-and-set on the row's version (:mod:`autoseq.maintenance`),
+        safe beside saves in other processes, and moves forward only: a
+        value behind what was already issued raises ``ValueMovesBackward``
+        unless ``force=True`` (only with every writer stopped). Processes
+        that already hold a block keep serving it; this one drops its own.
         """
+        if isinstance(value, bool):
+            raise InvalidSequenceConfig(f"set_next_value needs an integer value, got {value!r}")
         try:
             last = int(value)
         except (TypeError, ValueError):
             raise InvalidSequenceConfig(
                 f"set_next_value needs an integer value, got {value!r}"
             ) from None
+        if isinstance(value, float) and value != last:
+            raise InvalidSequenceConfig(f"set_next_value needs an integer value, got {value!r}")
         name = self.get_sequence_name()
         store = self.store()
         row = store.read(name) or store.create(self.sequence_config())
-        steps = (last - row.start) // row.step + 1
-        current = row.start + steps * row.step
-        if steps < 0 or current > row.last_value:
+        current = maintenance.first_value_after(row, last)
+        if last < row.start - row.step or current > row.last_value:
             raise InvalidSequenceConfig(
                 f"sequence {name!r}: set_next_value({last}) would make the next value "
                 f"{current}, outside [start={row.start}, end={row.end}]; "
                 "choose a value in range or change start/end first"
             )
-        store.update(row.replace(current=current))
+        maintenance.set_current(store, name, current, force=force)
         sequences.forget(self.db_alias, self.collection_name, name)
         return self.value_decorator(last)
 

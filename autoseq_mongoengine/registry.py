@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from mongoengine.connection import get_db
@@ -61,10 +62,19 @@ class Sequences:
         return store
 
     def lock(
-        self, alias: str, collection: str, config: SequenceConfig, policy: BufferPolicy | None
+        self,
+        alias: str,
+        collection: str,
+        config: SequenceConfig,
+        policy: BufferPolicy | None,
+        floor: Callable[[], int | None] | None = None,
     ) -> SequenceLock:
-        """The lock serving ``config.name``, creating its row on first use (stored row wins)."""
-        return self._entry(alias, collection).registry.register(config, policy=policy)
+        """The lock serving ``config.name``, creating its row on first use (stored row wins).
+
+        A row created here starts past ``floor()``, the largest value already
+        stored in the documents (see ``SequenceRegistry.register``).
+        """
+        return self._entry(alias, collection).registry.register(config, policy=policy, floor=floor)
 
     def peek(self, alias: str, collection: str, name: str) -> int | None:
         """The next value this process has buffered for ``name``, if any."""

@@ -10,6 +10,7 @@ import pytest
 from mongo_server import CommandLog
 
 from autoseq import InvalidSequenceConfig, SequenceConfig, SequenceExhausted
+from autoseq.errors import ValueMovesBackward
 from autoseq_mongoengine import SequenceField
 
 pytestmark = [pytest.mark.mongodb, pytest.mark.usefixtures("me_db")]
@@ -154,6 +155,7 @@ def test_rows_have_the_design_fields(me_db: Any) -> None:
         "batch_count",
         "cycle",
         "updated_at",
+        "version",
     }
     assert (row["batch"], row["batch_count"], row["cycle"]) == (True, 1000, False)
 
@@ -227,7 +229,9 @@ def test_set_next_value_behaves_like_mongoengine(me_db: Any) -> None:
     assert rows(me_db)["ticket"]["current"] == 1001
     assert Ticket.id.get_next_value() == 1001
     assert Ticket(title="after").save().id == 1001
-    assert Ticket.serial.set_next_value(0) == "0"
+    with pytest.raises(ValueMovesBackward, match="only move forward"):
+        Ticket.serial.set_next_value(0)  # a reset could repeat serials already issued
+    assert Ticket.serial.set_next_value(0, force=True) == "0"
     assert Ticket(title="reset").save().serial == "1"
 
 
@@ -315,3 +319,17 @@ def test_embedded_document_gets_values_when_written(me_db: Any) -> None:
     stored = me_db["basket"].find_one({"_id": basket.id})
     assert [line["number"] for line in stored["lines"]] == [1, 2]
     assert "line.number" in rows(me_db)
+
+
+def test_a_dropped_sequence_collection_restarts_past_the_documents(me_db: Any) -> None:
+    """After sys_sequence is dropped, the re-created row is past every stored id and serial."""
+    from autoseq_mongoengine import sequences
+
+    saved = [Ticket(title=str(i)).save() for i in range(5)]
+    Ticket(id=900, serial="950", title="imported").save()
+    sequences.close()  # a new process: nothing buffered
+    me_db.drop_collection("sys_sequence")
+    after = Ticket(title="after").save()
+    assert after.id == 901
+    assert after.serial == "951"  # a str-decorated field is scanned
+    assert after.id not in {t.id for t in saved}

@@ -661,3 +661,44 @@ def test_a_registry_that_creates_rows_still_takes_the_fields_settings(tmp_path: 
         uninstall(engine)
         registry.close(release=False)
         engine.dispose()
+
+
+# a new row starts past the keys already there ----------------------------------------
+
+
+def test_a_new_row_starts_past_keys_already_in_the_table(setup: Setup) -> None:
+    """A table filled before autoseq (or after sys_sequence was lost) continues past max()."""
+    with setup.engine.begin() as connection:
+        connection.execute(
+            sa.insert(setup.models.table),
+            [{"id": 7000 + i, "code": 90 + 10 * i, "name": "old"} for i in range(3)],
+        )
+    with setup.maker.begin() as session:
+        session.add(setup.Order(name="new"))
+    new = [row for row in setup.rows() if row[2] == "new"]
+    assert new == [(7003, 111, "new")]  # codes 90..110 on the 1 + 10k grid: next 111
+
+
+def test_a_dropped_sequence_table_restarts_past_existing_keys(setup: Setup, db_url: str) -> None:
+    """After sys_sequence is dropped, the re-created row is past every key in the table."""
+    with setup.maker.begin() as session:
+        session.add_all([setup.Order(name="a") for _ in range(5)])
+    top = max(row[0] for row in setup.rows())
+    setup.registry.close_locks(release=False)
+    setup.store.drop_table()
+    with setup.maker.begin() as session:
+        session.add(setup.Order(name="after"))
+    ids = [row[0] for row in setup.rows()]
+    assert len(ids) == len(set(ids)) == 6
+    assert max(ids) == top + 1
+
+
+@pytest.mark.parametrize("bad", [1.5, "abc", True])
+def test_insert_values_with_a_non_int_key_is_refused(setup: Setup, bad: Any) -> None:
+    """insert().values(id=<not an int>) is refused before the database sees it."""
+    with (
+        pytest.raises(InvalidSequenceConfig, match="must be an int"),
+        setup.engine.begin() as connection,
+    ):
+        connection.execute(sa.insert(setup.models.table).values(id=bad, name="x"))
+    assert setup.rows() == []

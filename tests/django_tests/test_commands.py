@@ -115,3 +115,19 @@ def test_sync_unknown_name_is_refused(backend: str) -> None:
     """sync of a name no model uses says so."""
     with pytest.raises(CommandError, match="no model"):
         run("sync", "nobody_uses_this", "--database", backend)
+
+
+def test_a_lost_row_is_recreated_past_the_keys_in_the_table(
+    backend: str, fresh_registries: None
+) -> None:
+    """A sys_sequence row that went missing comes back past max(id), not at start."""
+    from django.db.models import Max
+
+    from autoseq_django import sequences
+    from django_tests.testapp.models import Invoice
+
+    base = (Invoice.objects.using(backend).aggregate(top=Max("id"))["top"] or 0) + 5000
+    Invoice.objects.using(backend).bulk_create([Invoice(id=base + i) for i in range(3)])
+    sequences.store(sequences.sequence_database(backend)).delete("testapp_invoice")
+    sequences.reset()  # a new process: nothing buffered
+    assert Invoice.objects.using(backend).create().pk == base + 3
