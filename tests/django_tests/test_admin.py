@@ -42,6 +42,7 @@ def form_data(backend: str, name: str, **changes: Any) -> dict[str, Any]:
         "end": row.end,
         "step": row.step,
         "batch_count": row.batch_count,
+        "opened_current": row.next_value,
     }
     if row.batch:
         data["batch"] = "on"
@@ -121,3 +122,21 @@ def test_no_adding_or_deleting(backend: str, admin_client_for: Client) -> None:
     )
     assert add.status_code == 403
     assert delete.status_code == 403
+
+
+def test_batch_count_alone_is_saved_after_current_moved(
+    backend: str, admin_client_for: Client
+) -> None:
+    """A form opened before other processes reserved still saves a batch_count change."""
+    from autoseq_django import sequences
+
+    Order.objects.using(backend).create()
+    opened = form_data(backend, "tickets", batch_count=33)
+    store = sequences.store(sequences.sequence_database(backend))
+    store.reserve("tickets", 40)  # another process, while the form is open
+    moved = stored_current(backend, "tickets")
+    response = admin_client_for.post(change_url("tickets"), opened)
+    assert response.status_code == 302, response.content.decode()[:2000]
+    row = store.read("tickets")
+    assert row is not None
+    assert (row.batch_count, row.next_value) == (33, moved)
