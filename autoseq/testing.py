@@ -62,6 +62,10 @@ class FlakyStore:
         self._check("release")
         return self.inner.release(block)
 
+    def compare_and_set(self, row: SequenceConfig, version: int) -> SequenceConfig | None:
+        self._check("compare_and_set")
+        return self.inner.compare_and_set(row, version)
+
     def after_fork(self) -> None:
         self.inner.after_fork()
 

@@ -20,6 +20,7 @@ from autoseq import (
     StoreUnavailable,
     signals,
 )
+from autoseq.errors import InvalidCount
 from autoseq.stores import MemoryStore
 from autoseq.testing import FlakyStore
 
@@ -410,3 +411,27 @@ def test_bulk_after_bulk_waits_on_the_store_for_every_other_call_at_most() -> No
     assert values == list(range(1, 40_001))
     assert store.reservations <= 40 // 2 + 2
     assert lock.stats()["caller_waits"] <= 40 // 2 + 2
+
+
+def test_next_many_too_large_for_a_list_is_refused_before_reserving() -> None:
+    """next_many(10**12) is InvalidCount at once: nothing is reserved, nothing allocated."""
+    lock, store = make(SequenceConfig("huge"))
+    with pytest.raises(InvalidCount, match="at most 10,000,000"):
+        lock.next_many(10**12)
+    assert store.reservations == 0
+    assert lock.next() == 1
+    lock.close()
+
+
+def test_a_failed_next_many_keeps_the_values_it_took() -> None:
+    """When the store fails mid-bulk, the values already taken are served next, in order."""
+    lock, store = make(SequenceConfig("keep", batch_count=10), prefetch=False)
+    assert lock.next() == 1  # a block of 1..10 in hand
+    store.down = True
+    with pytest.raises(StoreUnavailable):
+        lock.next_many(25)  # takes 2..10, then needs the store
+    assert lock.next_many(9) == list(range(2, 11))  # served from memory, store still down
+    store.down = False
+    time.sleep(0.3)  # past the back-off
+    assert lock.next() == 11
+    lock.close()
