@@ -365,3 +365,96 @@ def test_register_adds_a_subcommand(capsys: pytest.CaptureFixture[str]) -> None:
         assert capsys.readouterr().out == "hello world\n"
     finally:
         COMMANDS.pop("hello")
+
+
+# every store, through autoseq.maintenance ------------------------------------------
+
+
+def test_change_moves_current_onto_the_new_step_grid(cli: Cli) -> None:
+    """change --step keeps the row valid for processes holding blocks; end stays above them."""
+    cli.store.create(SequenceConfig("stepped"))
+    cli.store.reserve("stepped", 10)
+    result = cli.run("change", "stepped", "--step", "4", "--batch-count", "9")
+    assert result.status == 0, result.err
+    row = cli.store.read("stepped")
+    assert row is not None
+    assert (row.step, row.current, row.batch_count) == (4, 13, 9)
+    refused = cli.run("change", "stepped", "--end", "5")
+    assert refused.status == 2
+    assert "end >=" in refused.err
+
+
+def test_set_force_repairs_a_row_that_fails_validation(cli: Cli) -> None:
+    """A hand-edited row is refused by set; set --force with the missing setting repairs it."""
+    cli.store.create(SequenceConfig("edited"))
+    with cli.store.engine.begin() as connection:
+        table = cli.store.table
+        connection.execute(sa.update(table).where(table.c.name == "edited").values(step=0))
+    plain = cli.run("set", "edited", "100")
+    assert plain.status == 2
+    assert "autoseq set edited VALUE --force" in plain.err
+    missing = cli.run("set", "edited", "100", "--force")
+    assert missing.status == 2
+    assert "step" in missing.err
+    fixed = cli.run("set", "edited", "100", "--force", "--step", "1")
+    assert fixed.status == 0, fixed.err
+    assert cli.store.reserve("edited", 1).first == 100
+
+
+@pytest.mark.redis
+def test_redis_url_lists_sets_and_changes(capsys: pytest.CaptureFixture[str]) -> None:
+    """--url redis://... drives the same commands against a RedisStore."""
+    from backends import REDIS_URL
+
+    from autoseq.stores.redis import RedisStore
+
+    prefix = unique_table("cli")
+    store = RedisStore(REDIS_URL, prefix=prefix)
+    try:
+        store.read_all()
+    except Exception as exc:
+        from backends import unavailable
+
+        unavailable("redis", str(exc))
+    try:
+        base = ["--url", REDIS_URL, "--sequence-table", prefix]
+        assert main([*base, "create", "tickets", "--start", "10"]) == 0
+        assert main([*base, "set", "tickets", "500"]) == 0
+        assert main([*base, "set", "tickets", "20"]) == 2  # backwards without --force
+        assert main([*base, "change", "tickets", "--batch-count", "7"]) == 0
+        assert main([*base, "sync", "tickets", "--past", "900"]) == 0
+        assert main([*base, "list"]) == 0
+        out = capsys.readouterr().out
+        assert "tickets" in out
+        row = store.read("tickets")
+        assert row is not None
+        assert (row.current, row.batch_count) == (901, 7)
+    finally:
+        store.drop_all()
+        store.close()
+
+
+@pytest.mark.mongodb
+def test_mongodb_url_sets_and_syncs_past_a_collection(
+    mongo_server: object, mongo_db_name: str
+) -> None:
+    """--url mongodb://.../db drives the commands against a MongoStore; sync reads a field."""
+    import pymongo
+
+    from autoseq.stores.mongo import MongoStore
+
+    url = f"{mongo_server.url.rstrip('/')}/{mongo_db_name}"  # type: ignore[attr-defined]
+    base = ["--url", url]
+    client: pymongo.MongoClient[dict[str, object]] = pymongo.MongoClient(url)
+    try:
+        client[mongo_db_name]["orders"].insert_many([{"_id": i} for i in (3, 77, 41)])
+        assert main([*base, "create", "orders"]) == 0
+        assert main([*base, "sync", "orders", "--table", "orders", "--column", "_id"]) == 0
+        assert main([*base, "set", "orders", "200"]) == 0
+        store = MongoStore(url)
+        row = store.read("orders")
+        store.close()
+        assert row is not None
+        assert row.current == 200
+    finally:
+        client.close()
