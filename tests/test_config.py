@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from autoseq import MAX_VALUE, InvalidSequenceConfig, SequenceConfig, SequenceExhausted
+from autoseq.errors import InvalidStoredRow
 from autoseq.stores import plan_reservation
 
 
@@ -90,3 +91,31 @@ def test_plan_respects_step_end_and_cycle() -> None:
     block, _ = plan_reservation(ring, 2)
     assert block.cycled
     assert list(block.values()) == [5, 10]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("cycle", "false"),
+        ("batch", "false"),
+        ("cycle", 2),
+        ("batch", None),
+        ("current", 11.0),
+        ("step", 1.0),
+        ("end", "100"),
+        ("version", 1.5),
+    ],
+)
+def test_stored_rows_are_parsed_strictly(field: str, value: object) -> None:
+    """A hand-edited flag or number is refused, naming the row and the repair command."""
+    row = SequenceConfig("r", current=11).as_row() | {"updated_at": None}
+    with pytest.raises(InvalidStoredRow, match=r"row 'r' is invalid.*autoseq set r VALUE --force"):
+        SequenceConfig.from_row(row | {field: value})
+
+
+def test_stored_flags_may_be_booleans_or_zero_and_one() -> None:
+    """Drivers return booleans as bool or 0/1 (MySQL TINYINT); both read; no version reads as 0."""
+    row = SequenceConfig("r").as_row() | {"updated_at": None}
+    del row["version"]
+    parsed = SequenceConfig.from_row(row | {"batch": 0, "cycle": 1})
+    assert (parsed.batch, parsed.cycle, parsed.version) == (False, True, 0)

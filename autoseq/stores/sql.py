@@ -309,6 +309,7 @@ class SQLStore:
             if not exists:
                 raise self._translate(exc, "creating the sequence table", None) from exc
         self._table_ready = True
+        self._version_ready = False  # look again: a migration may have just dropped it
         self._ensure_version_column()
 
     def drop_table(self) -> None:

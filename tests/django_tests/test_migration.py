@@ -65,3 +65,25 @@ def test_sys_sequence_migration_is_idempotent_and_shared(backend: str) -> None:
     if backend != "sqlite":  # on SQLite Django reads the companion only through an alias
         row = SysSequence.objects.using(backend).get(name="legacy_ticket")
         assert row.as_config() == before
+
+
+@pytest.mark.autoseq_transaction
+def test_migration_0002_adds_version_to_an_older_table(backend: str) -> None:
+    """A sys_sequence from before versions gains the column; its rows keep serving from 0."""
+    import sqlalchemy as sa
+
+    Ticket.objects.using(backend).create(title="before")
+    store = sequences.store(sequences.sequence_database(backend))
+    before = store.read("legacy_ticket")
+    assert before is not None
+    call_command("migrate", "autoseq", "0001", database=backend, verbosity=0)
+    with store.engine.begin() as connection:
+        connection.exec_driver_sql("ALTER TABLE sys_sequence DROP COLUMN version")
+    call_command("migrate", "autoseq", database=backend, verbosity=0)
+    columns = {c["name"] for c in sa.inspect(store.engine).get_columns("sys_sequence")}
+    assert "version" in columns
+    after = store.read("legacy_ticket")
+    assert after is not None
+    assert (after.next_value, after.version) == (before.next_value, 0)
+    sequences.reset()
+    assert Ticket.objects.using(backend).create(title="after").pk >= before.next_value
