@@ -137,7 +137,9 @@ class SequenceField(BaseField):  # type: ignore[misc]
         from autoseq_mongoengine.adoption import max_stored_value
 
         document = self.owner_document
-        if document is None or document._meta.get("abstract"):
+        if document is None or not hasattr(document, "_get_collection"):
+            return None  # an embedded document: its values live inside other documents
+        if document._meta.get("abstract"):
             return None
         try:
             return max_stored_value(
