@@ -28,6 +28,7 @@ import os
 import sys
 import threading
 import time
+import warnings
 import weakref
 from collections import deque
 from collections.abc import Iterator
@@ -52,11 +53,16 @@ class BufferPolicy:
     """How a :class:`SequenceLock` buffers values; not part of the stored row.
 
     ``prefetch_at``: share of the current block used before the next one is
-    reserved in the background (Leaf uses 0.1). ``max_batch_count``: the
-    ceiling adaptive sizing may grow a block to (``None``: 10 x batch_count;
-    equal to batch_count turns growth off). ``grow_within`` / ``shrink_after``:
-    a block used up faster than this many seconds doubles the next one, one
-    that lasted longer halves it, never below ``batch_count``.
+    reserved in the background (Leaf uses 0.1). ``block_seconds``: how long
+    a block should last at the rate values were taken lately; each
+    reservation is sized for that (at most 16 times the previous size up,
+    a quarter of it down), never below ``batch_count`` nor above
+    ``max_batch_count`` (``None``: :data:`DEFAULT_MAX_BATCH_COUNT`, Leaf's
+    ceiling of 1,000,000; equal to batch_count turns growth off). Larger
+    blocks mean fewer round trips, but a SIGKILLed process skips up to a
+    block's worth of values, and processes sharing a sequence interleave
+    in larger runs. ``grow_within`` / ``shrink_after`` are deprecated and
+    ignored (sizing by a multiple was replaced by sizing by time).
     ``retry_initial`` / ``retry_max``: back-off (seconds) after a failed
     reservation, during which an empty buffer fails fast. ``warn_share``:
     share of a non-cycling range reserved before ``low_remaining`` is sent.
@@ -65,8 +71,9 @@ class BufferPolicy:
     prefetch: bool = True
     prefetch_at: float = 0.1
     max_batch_count: int | None = None
-    grow_within: float = 15 * 60.0
-    shrink_after: float = 30 * 60.0
+    block_seconds: float = 2.0
+    grow_within: float | None = None
+    shrink_after: float | None = None
     retry_initial: float = 0.05
     retry_max: float = 5.0
     wait_timeout: float = 30.0
@@ -88,7 +95,27 @@ class BufferPolicy:
             )
         if not 0.0 < self.warn_share <= 1.0:
             raise InvalidSequenceConfig(f"warn_share={self.warn_share}; use a share in (0, 1]")
+        if not self.block_seconds > 0.0:
+            raise InvalidSequenceConfig(
+                f"block_seconds={self.block_seconds}; use a duration above 0 seconds"
+            )
+        if self.grow_within is not None or self.shrink_after is not None:
+            warnings.warn(
+                "BufferPolicy(grow_within=..., shrink_after=...) is ignored: blocks are now "
+                "sized to last block_seconds at the observed rate; pass block_seconds instead",
+                DeprecationWarning,
+                stacklevel=3,
+            )
 
+
+#: The ceiling of adaptive block sizes when ``max_batch_count`` is None
+#: (Leaf's): at full speed in memory, a few reservations per second.
+DEFAULT_MAX_BATCH_COUNT = 1_000_000
+#: Per reservation, a block grows at most this many times and shrinks to no
+#: less than 1/_SHRINK of the previous one: a burst or a pause measured once
+#: does not swing the size all the way.
+_GROW = 16
+_SHRINK = 4
 
 _locks: weakref.WeakSet[SequenceLock] = weakref.WeakSet()
 #: Whether advancing an iterator is atomic between threads (a GIL build).
@@ -483,18 +510,19 @@ class SequenceLock:
             self._latest = block
             if previous is not None and started > previous and self._latest_count:
                 self._rate = self._latest_count / (started - previous)
-                self._adapt(started - previous)
+                self._adapt(self._rate)
             self._latest_count = block.count
 
-    def _adapt(self, lasted: float) -> None:
+    def _adapt(self, rate: float) -> None:
+        """Size the next blocks to last ``block_seconds`` at ``rate`` values per second."""
         if not self._batch:
             return
-        ceiling = self.policy.max_batch_count or self._floor * 10
-        ceiling = max(ceiling, self._floor)
-        if lasted < self.policy.grow_within:
-            self._block_size = min(ceiling, self._block_size * 2)
-        elif lasted > self.policy.shrink_after:
-            self._block_size = max(self._floor, self._block_size // 2)
+        ceiling = max(self.policy.max_batch_count or DEFAULT_MAX_BATCH_COUNT, self._floor)
+        wanted = rate * self.policy.block_seconds
+        size = self._block_size
+        wanted = min(max(wanted, size / _SHRINK), size * _GROW, ceiling)
+        # Whole multiples of batch_count, as a fixed-size caller would get.
+        self._block_size = max(self._floor, -(-int(wanted) // self._floor) * self._floor)
 
     def _check_low_remaining(self, block: Block) -> None:
         row = block.row
