@@ -31,7 +31,7 @@ import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy import event
@@ -52,12 +52,15 @@ from sqlalchemy.orm.attributes import instance_state
 from sqlalchemy.pool import NullPool
 from sqlalchemy.sql.dml import Insert
 from sqlalchemy.sql.schema import Column
+from sqlalchemy.util.concurrency import await_only, in_greenlet
 
 from autoseq.config import MAX_VALUE, SequenceConfig, validate_name
 from autoseq.errors import AutoseqError, InvalidSequenceConfig, SequenceNotFound
 from autoseq.lock import BufferPolicy, SequenceLock
 from autoseq.registry import SequenceRegistry
 from autoseq.stores.base import SequenceStore
+
+_T = TypeVar("_T")
 
 log = logging.getLogger("autoseq")
 
@@ -234,6 +237,12 @@ class _Installation:
 
     def registry_for(self, bind: Engine | Connection) -> SequenceRegistry:
         return self.registry or default_registry(bind, self.policy)
+
+    def known_lock(self, bind: Engine | Connection, column: Column[Any]) -> SequenceLock | None:
+        """``column``'s lock if it was already set up (no round trip); else None."""
+        spec = sequence_spec(column)
+        assert spec is not None
+        return self.registry_for(bind).find(spec.config_for(column).name)
 
     def lock_for(self, bind: Engine | Connection, column: Column[Any]) -> SequenceLock:
         spec = sequence_spec(column)
@@ -518,7 +527,7 @@ def _fill(
             continue
         if out is None:
             out = [dict(row) for row in rows]
-        values = lock_of(column).next_many(len(missing))
+        values = _next_many(lock_of(column), len(missing))
         for i, value in zip(missing, values, strict=True):
             out[i][key] = value
     return out
@@ -567,10 +576,10 @@ def _before_flush(session: Session, _flush: UOWTransaction, _instances: object) 
                 continue
             lock = locks.get((mapper, key))
             if lock is None:
-                lock = locks[mapper, key] = installation.lock_for(engine, column)
+                lock = locks[mapper, key] = _lock(installation, engine, column)
             wanted.setdefault(id(lock), (lock, []))[1].append((obj, key))
     for lock, slots in wanted.values():
-        for (obj, key), value in zip(slots, lock.next_many(len(slots)), strict=True):
+        for (obj, key), value in zip(slots, _next_many(lock, len(slots)), strict=True):
             setattr(obj, key, value)
 
 
@@ -592,7 +601,7 @@ def _do_orm_execute(state: ORMExecuteState) -> Result[Any] | None:
     parameters: Any = state.parameters
     many = isinstance(parameters, list)
     rows: list[Mapping[str, Any]] = list(parameters) if many else [parameters]
-    filled = _fill(rows, targets, lambda column: installation.lock_for(engine, column))
+    filled = _fill(rows, targets, lambda column: _lock(installation, engine, column))
     if filled is None:
         return None
     return state.invoke_statement(params=filled if many else filled[0])
@@ -624,7 +633,7 @@ def _before_execute(
     if installation is None:
         return statement, multiparams, params
     rows = multiparams or [params]
-    filled = _fill(rows, targets, lambda column: installation.lock_for(connection, column))
+    filled = _fill(rows, targets, lambda column: _lock(installation, connection, column))
     if filled is None:
         return statement, multiparams, params
     return (statement, filled, {}) if multiparams else (statement, [], filled[0])
@@ -645,7 +654,37 @@ def _column_default(context: DefaultExecutionContext) -> int:
             "or install(engine) at start-up"
         )
     _watch_engine(engine)  # later multi-row statements get one next_many each
-    return installation.lock_for(connection, column).next()
+    return _next_many(_lock(installation, connection, column), 1)[0]
+
+
+# asyncio ------------------------------------------------------------------------
+# Under AsyncSession / AsyncConnection, SQLAlchemy runs these listeners in a
+# greenlet on the event loop's thread. A store round trip there would stall
+# every task on the loop, so it is awaited in a worker thread instead: the
+# greenlet yields to the loop until the values are in. Values already in
+# memory are served in place (the usual case: blocks are prefetched).
+
+
+def _lock(installation: _Installation, bind: Engine | Connection, column: Any) -> SequenceLock:
+    if in_greenlet():
+        known = installation.known_lock(bind, column)
+        if known is not None:
+            return known
+        return _off_the_loop(installation.lock_for, bind, column)
+    return installation.lock_for(bind, column)
+
+
+def _next_many(lock: SequenceLock, n: int) -> list[int]:
+    if in_greenlet() and lock.available() < n:
+        return _off_the_loop(lock.next_many, n)
+    return lock.next_many(n)
+
+
+def _off_the_loop(fn: Callable[..., _T], *args: Any) -> _T:
+    import asyncio
+
+    result: _T = await_only(asyncio.to_thread(fn, *args))
+    return result
 
 
 def _forget_after_fork() -> None:
