@@ -36,6 +36,10 @@ BACKENDS = [
     pytest.param("sqlite", id="sqlite"),
     pytest.param("postgres", marks=pytest.mark.postgres, id="postgres"),
 ]
+SERVERS = [
+    pytest.param("postgres", marks=pytest.mark.postgres, id="postgres"),
+    pytest.param("mysql", marks=pytest.mark.mysql, id="mysql"),
+]
 CONVERT_BACKENDS = [*BACKENDS, pytest.param("mysql", marks=pytest.mark.mysql, id="mysql")]
 
 ENV_PY = """
@@ -131,7 +135,7 @@ def insert_orders(engine: sa.Engine, order: type[Any], n: int) -> list[int]:
         uninstall(engine)
 
 
-@pytest.mark.parametrize("fresh_url", BACKENDS, indirect=True)
+@pytest.mark.parametrize("fresh_url", CONVERT_BACKENDS, indirect=True)
 def test_autogenerate_creates_sys_sequence_and_never_drops_it(
     fresh_url: str, tmp_path: Path
 ) -> None:
@@ -152,8 +156,7 @@ def test_autogenerate_creates_sys_sequence_and_never_drops_it(
     engine.dispose()
 
 
-@pytest.mark.postgres
-@pytest.mark.parametrize("fresh_url", ["postgres"], indirect=True)
+@pytest.mark.parametrize("fresh_url", SERVERS, indirect=True)
 def test_autogenerate_after_the_app_created_the_table_proposes_nothing(
     fresh_url: str, tmp_path: Path
 ) -> None:
@@ -170,8 +173,7 @@ def test_autogenerate_after_the_app_created_the_table_proposes_nothing(
     engine.dispose()
 
 
-@pytest.mark.postgres
-@pytest.mark.parametrize("fresh_url", ["postgres"], indirect=True)
+@pytest.mark.parametrize("fresh_url", SERVERS, indirect=True)
 def test_autogenerate_adds_the_version_column_to_an_older_table(
     fresh_url: str, tmp_path: Path
 ) -> None:
