@@ -339,6 +339,8 @@ def install(
     installation = _Installation(store, registry, auto_create, policy)
     _listen_once()
     target = _sync_side(target)
+    if store is None and registry is None:
+        _check_bind_driver(target)
     if isinstance(target, scoped_session):
         target = target.session_factory
     if isinstance(target, sessionmaker):
@@ -702,8 +704,41 @@ __all__ = [
     "close_registries",
     "default_registry",
     "get_registry",
+    "include_sequence_table",
     "install",
     "sequence_column",
     "sequence_spec",
     "uninstall",
 ]
+
+
+def _check_bind_driver(target: Any) -> None:
+    """Fail now, naming the extra, when the default store could not load its driver."""
+    from autoseq.stores.sql import check_driver
+
+    if isinstance(target, scoped_session):
+        target = target.session_factory
+    bind = target.kw.get("bind") if isinstance(target, sessionmaker) else target
+    if isinstance(bind, (Engine, Connection)):
+        check_driver(_engine_of(bind).url)
+
+
+# Alembic and create_all --------------------------------------------------------
+
+
+def include_sequence_table(metadata: sa.MetaData, name: str = "sys_sequence") -> sa.Table:
+    """Declare ``sys_sequence`` in ``metadata`` (idempotent) and return it.
+
+    The one line an Alembic project adds beside its models: autogenerate then
+    writes ``create_table('sys_sequence', ...)`` (every column, ``version``
+    included) into the migration, adds a column a later autoseq needs to an
+    older table, and never proposes to drop the table because the
+    application's metadata no longer mentions it. ``metadata.create_all()``
+    creates it too, and ``drop_all()`` drops it: see docs/sqlalchemy.md.
+    """
+    from autoseq.stores.sql import sequence_table
+
+    existing = metadata.tables.get(name)
+    if existing is not None:
+        return existing
+    return sequence_table(name, metadata)
