@@ -24,6 +24,7 @@ the caller's transaction never hands a value out again.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import logging
 import os
@@ -469,6 +470,10 @@ def _watch_engine(engine: Engine) -> None:
 # what a statement or a mapper needs ---------------------------------------------
 
 _Target = tuple[str, Column[Any]]  # (parameter key, sequence column)
+#: Set while the ORM executes a statement whose rows _do_orm_execute filled.
+_orm_filled: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "autoseq_orm_filled", default=False
+)
 
 
 def _mapper_targets(mapper: Mapper[Any]) -> list[_Target]:
@@ -515,24 +520,27 @@ def _fill(
     targets: list[_Target],
     lock_of: Callable[[Column[Any]], SequenceLock],
 ) -> list[dict[str, Any]] | None:
-    """Rows with every missing sequence value filled in, or None when none was missing."""
-    out: list[dict[str, Any]] | None = None
+    """Rows with every missing sequence value filled in, or None when none was missing.
+
+    The caller's dicts are never written to (a list inserted twice must not
+    carry the first insert's keys): a row that lacks a value is copied with
+    it, a row that has every value is passed on as it is.
+    """
+    out: Sequence[Mapping[str, Any]] | None = None
     for key, column in targets:
-        missing = []
-        for i, row in enumerate(rows):
+        source = rows if out is None else out
+        missing = 0
+        for row in source:
             value = row.get(key)
             if value is None:
-                missing.append(i)
+                missing += 1
             else:
                 _check_explicit(value, column)
         if not missing:
             continue
-        if out is None:
-            out = [dict(row) for row in rows]
-        values = _next_many(lock_of(column), len(missing))
-        for i, value in zip(missing, values, strict=True):
-            out[i][key] = value
-    return out
+        values = iter(_next_many(lock_of(column), missing))
+        out = [row if row.get(key) is not None else {**row, key: next(values)} for row in source]
+    return None if out is None else [row if isinstance(row, dict) else dict(row) for row in out]
 
 
 def _check_explicit(value: object, column: Column[Any]) -> None:
@@ -552,18 +560,21 @@ def _check_explicit(value: object, column: Column[Any]) -> None:
 
 
 def _before_flush(session: Session, _flush: UOWTransaction, _instances: object) -> None:
-    wanted: dict[int, tuple[SequenceLock, list[tuple[object, str]]]] = {}
+    wanted: dict[int, tuple[SequenceLock, list[tuple[dict[str, Any], str]]]] = {}
     binds: dict[Mapper[Any], tuple[Engine, _Installation | None]] = {}
     # Resolved once per flush, on the first row that needs a value: building
     # the config and looking the lock up per row would cost every add_all.
     locks: dict[tuple[Mapper[Any], str], SequenceLock] = {}
     pending = sorted(
-        ((instance_state(obj), obj) for obj in session.new),
-        key=lambda pair: pair[0].insert_order or 0,
+        (instance_state(obj) for obj in session.new),
+        key=lambda state: state.insert_order or 0,
     )
-    for state, obj in pending:
+    targets_of: dict[Mapper[Any], list[_Target]] = {}
+    for state in pending:
         mapper = state.mapper
-        targets = _mapper_targets(mapper)
+        targets = targets_of.get(mapper)
+        if targets is None:
+            targets = targets_of[mapper] = _mapper_targets(mapper)
         if not targets:
             continue
         if mapper not in binds:
@@ -572,17 +583,21 @@ def _before_flush(session: Session, _flush: UOWTransaction, _instances: object) 
         engine, installation = binds[mapper]
         if installation is None:
             continue  # not ours to fill; the column default will say so
+        values = state.dict
         for key, column in targets:
-            if state.dict.get(key) is not None:
-                _check_explicit(state.dict[key], column)
+            if values.get(key) is not None:
+                _check_explicit(values[key], column)
                 continue
             lock = locks.get((mapper, key))
             if lock is None:
                 lock = locks[mapper, key] = _lock(installation, engine, column)
-            wanted.setdefault(id(lock), (lock, []))[1].append((obj, key))
+            wanted.setdefault(id(lock), (lock, []))[1].append((values, key))
     for lock, slots in wanted.values():
-        for (obj, key), value in zip(slots, _next_many(lock, len(slots)), strict=True):
-            setattr(obj, key, value)
+        # Straight into the pending object's dict, which the INSERT reads:
+        # a key is not a change to track (setattr's events and history cost
+        # more than the rest of this listener).
+        for (row, key), value in zip(slots, _next_many(lock, len(slots)), strict=True):
+            row[key] = value
 
 
 def _do_orm_execute(state: ORMExecuteState) -> Result[Any] | None:
@@ -606,7 +621,13 @@ def _do_orm_execute(state: ORMExecuteState) -> Result[Any] | None:
     filled = _fill(rows, targets, lambda column: _lock(installation, engine, column))
     if filled is None:
         return None
-    return state.invoke_statement(params=filled if many else filled[0])
+    # The Core insert the ORM emits for these rows would be checked again,
+    # row by row, by _before_execute: every sequence column is filled now.
+    token = _orm_filled.set(True)
+    try:
+        return state.invoke_statement(params=filled if many else filled[0])
+    finally:
+        _orm_filled.reset(token)
 
 
 def _after_begin(session: Session, _transaction: object, connection: Connection) -> None:
@@ -624,7 +645,7 @@ def _before_execute(
     params: dict[str, Any],
     _options: object,
 ) -> tuple[Any, list[dict[str, Any]], dict[str, Any]]:
-    if not isinstance(statement, Insert) or statement._select_names:
+    if not isinstance(statement, Insert) or statement._select_names or _orm_filled.get():
         return statement, multiparams, params
     # Computed even with no parameters: it checks the keys given by values().
     targets = [t for t in _table_targets(statement.table) if not _given_by_values(statement, *t)]
