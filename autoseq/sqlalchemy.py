@@ -660,13 +660,13 @@ os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 def SnowflakeField(
-    generator: Any = None, *, name: str = "default", **mapped_column_kwargs: Any
+    generator: Any = None, *, layout: str = "default", **mapped_column_kwargs: Any
 ) -> MappedColumn[Any]:
     """A ``BigInteger`` mapped column whose values are snowflake ids, taken at insert.
 
     ``generator`` is the :class:`~autoseq.snowflake.Snowflake` to use; None
     means one on the store ``install()`` gave the engine (else a ``SQLStore``
-    on the bind's database), for layout ``name``, created on first insert
+    on the bind's database) for layout ``layout`` (its ``name``), created on first insert
     and shared by every such column. The value is the column's Python-side
     default, so every insert path (flush, ORM bulk, Core executemany,
     multi-row VALUES) gets one per row without a round trip; a value the
@@ -685,7 +685,7 @@ def SnowflakeField(
     def snowflake_default(context: DefaultExecutionContext) -> int:
         if generator is not None:
             return int(generator.next())
-        return int(_snowflake_for(context.root_connection, name).next())
+        return int(_snowflake_for(context.root_connection, layout).next())
 
     kwargs["insert_default"] = snowflake_default
     return mapped_column(sa.BigInteger, **kwargs)
