@@ -194,7 +194,8 @@ class Snowflake:
         self._heartbeat: threading.Thread | None = None
         self._renewed_mono = 0.0
         self._lifetime_checked = 0.0
-        self._take_lease_now()
+        with self._lock:
+            self._take_lease_now()
         self._check_lifetime()
         _live.add(self)
 
@@ -293,11 +294,9 @@ class Snowflake:
             if self._lease is None:
                 if self._closed or self._pid == os.getpid():
                     raise LeaseLost(self.name, None, self._lost)
-                self._lock.release()  # a forked child: take a lease of its own
-                try:
-                    self._take_lease_now()
-                finally:
-                    self._lock.acquire()
+                # A forked child takes a lease of its own, under the lock so
+                # that its threads take one between them.
+                self._take_lease_now()
             elif ts == last or (ts < last and self.on_clock_backwards == "borrow"):
                 # the current millisecond, or borrowing it while the clock is behind
                 value = next(ids)
@@ -346,9 +345,7 @@ class Snowflake:
         return f"{socket.gethostname()[:120]}:{os.getpid()}:{uuid.uuid4().hex[:16]}"
 
     def _take_lease_now(self) -> None:
-        """Lease a worker id and start the heartbeat (construction, or a forked child)."""
-        self._pid = os.getpid()
-        self._stop = threading.Event()
+        """Lease a worker id and start the heartbeat (lock held; construction, forked child)."""
         lease = self._acquire()
         if lease is None:
             raise WorkersExhausted(self.name, self._worker_count)
@@ -358,8 +355,10 @@ class Snowflake:
                 self._leases.release_worker(lease, lease.floor_ms)
             finally:
                 raise ClockMovedBackwards(self.name, lease.worker, behind)
-        with self._lock:
-            self._install(lease)
+        self._install(lease)
+        # only now: a child whose acquisition failed tries again on its next call
+        self._pid = os.getpid()
+        self._stop = threading.Event()
         self._heartbeat = threading.Thread(
             target=self._beat, name=f"autoseq-snowflake-{self.name}", daemon=True
         )

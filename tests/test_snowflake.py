@@ -287,3 +287,41 @@ def test_lifetime_warning_and_signal(store: MemoryStore) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         make(store, epoch=epoch, warn_years=1).close()
+
+
+def test_forked_child_threads_take_one_lease_between_them(
+    store: MemoryStore, tmp_path: Any
+) -> None:
+    """Threads of a forked child calling next() at once take one new lease, not one each."""
+    import json
+    import os
+
+    gen = make(store)
+    parent_value = gen.next()
+    out = tmp_path / "child.json"
+    pid = os.fork()
+    if pid == 0:
+        try:
+            values: list[int] = []
+            threads = [
+                threading.Thread(target=lambda: values.extend(gen.next() for _ in range(100)))
+                for _ in range(4)
+            ]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            mine = [
+                r.worker
+                for r in worker_leases(store).list_workers("default")
+                if r.owner and f":{os.getpid()}:" in r.owner
+            ]
+            out.write_text(json.dumps({"values": values, "leases": mine, "worker": gen.worker_id}))
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    child = json.loads(out.read_text())
+    gen.close()
+    assert len(child["leases"]) == 1
+    assert child["worker"] != gen.decode(parent_value).worker
+    assert len(set(child["values"])) == 400
