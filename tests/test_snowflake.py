@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import warnings
@@ -325,3 +326,41 @@ def test_forked_child_threads_take_one_lease_between_them(
     assert len(child["leases"]) == 1
     assert child["worker"] != gen.decode(parent_value).worker
     assert len(set(child["values"])) == 400
+
+
+def test_a_lease_taken_over_stops_generation_then_a_new_one_is_taken(store: MemoryStore) -> None:
+    """When another owner takes the worker id, next() raises LeaseLost, then resumes higher."""
+    lost: list[dict[str, Any]] = []
+
+    def receive(sender: Any, **kwargs: Any) -> None:
+        lost.append(kwargs)
+
+    signals.worker_lease_lost.connect(receive)
+    try:
+        with make(store, worker_bits=1, lease_ttl=0.3) as gen:
+            before = gen.next()
+            assert gen.lease is not None
+            # someone whose clock runs far ahead sees the lease expired and takes it
+            thief = worker_leases(store).acquire_worker(
+                "default", "thief", 1, gen.lease.expires_ms + 1, 60_000
+            )
+            assert thief is not None
+            deadline = time.monotonic() + 3
+            while not lost and time.monotonic() < deadline:
+                with contextlib.suppress(LeaseLost):
+                    gen.next()
+                time.sleep(0.01)
+            assert lost
+            assert lost[0]["reason"] == "another generator took its worker id over"
+            resumed = None
+            while resumed is None and time.monotonic() < deadline:
+                try:
+                    resumed = gen.next()
+                except LeaseLost:
+                    time.sleep(0.01)
+            assert resumed is not None
+            assert resumed > before
+            assert gen.worker_id == 1
+            assert gen.decode(resumed).worker == 1
+    finally:
+        signals.worker_lease_lost.disconnect(receive)
