@@ -263,7 +263,8 @@ class Snowflake:
         self._stop.set()
         heartbeat = self._heartbeat
         if heartbeat is not None and heartbeat is not threading.current_thread():
-            heartbeat.join(timeout=self.lease_ttl)
+            # a renewal stuck on the store ends within its timeouts; exit need not wait longer
+            heartbeat.join(timeout=min(self.lease_ttl, 10.0))
         with self._lock:
             lease, self._lease = self._lease, None
             self._revoke()
