@@ -718,11 +718,88 @@ def _forget_after_fork() -> None:
 
 os.register_at_fork(after_in_child=_forget_after_fork)
 
+# snowflake ids ------------------------------------------------------------------
+
+
+def SnowflakeField(
+    generator: Any = None, *, layout: str = "default", **mapped_column_kwargs: Any
+) -> MappedColumn[Any]:
+    """A ``BigInteger`` mapped column whose values are snowflake ids, taken at insert.
+
+    ``generator`` is the :class:`~autoseq.snowflake.Snowflake` to use; None
+    means one on the store ``install()`` gave the engine (else a ``SQLStore``
+    on the bind's database) for layout ``layout`` (its ``name``), created on first insert
+    and shared by every such column. The value is the column's Python-side
+    default, so every insert path (flush, ORM bulk, Core executemany,
+    multi-row VALUES) gets one per row without a round trip; a value the
+    user gave is kept. The other keyword arguments go to ``mapped_column``.
+    """
+    kwargs = dict(mapped_column_kwargs)
+    clash = [key for key in _RESERVED_KWARGS if key in kwargs]
+    if clash:
+        raise InvalidSequenceConfig(
+            f"a snowflake column sets {', '.join(clash)} itself (values are snowflake ids); "
+            "remove the argument"
+        )
+    kwargs.setdefault("nullable", False)
+    kwargs["autoincrement"] = False
+
+    def snowflake_default(context: DefaultExecutionContext) -> int:
+        if generator is not None:
+            return int(generator.next())
+        return int(_snowflake_for(context.root_connection, layout).next())
+
+    kwargs["insert_default"] = snowflake_default
+    return mapped_column(sa.BigInteger, **kwargs)
+
+
+_snowflakes: dict[tuple[int, str], Any] = {}
+_snowflakes_guard = threading.Lock()
+
+
+def _snowflake_for(connection: Connection, name: str) -> Any:
+    """The shared generator of layout ``name`` on the store that serves ``connection``."""
+    from autoseq.snowflake import Snowflake
+
+    engine = _engine_of(connection)
+    installation = _for_engine(engine, connection)
+    registry = (
+        installation.registry_for(connection) if installation else default_registry(connection)
+    )
+    key = (id(registry.store), name)
+    generator = _snowflakes.get(key)
+    if generator is None:
+        with _snowflakes_guard:
+            generator = _snowflakes.get(key)
+            if generator is None:
+                generator = _snowflakes[key] = Snowflake(registry.store, name=name)
+    return generator
+
+
+def close_snowflakes() -> None:
+    """Close the generators ``SnowflakeField`` made (releasing their leases); tests, shutdown."""
+    with _snowflakes_guard:
+        generators = list(_snowflakes.values())
+        _snowflakes.clear()
+    for generator in generators:
+        generator.close()
+
+
+def _forget_snowflake_guard_after_fork() -> None:
+    global _snowflakes_guard
+    _snowflakes_guard = threading.Lock()  # the generators re-lease on their own
+
+
+os.register_at_fork(after_in_child=_forget_snowflake_guard_after_fork)
+
+
 __all__ = [
     "INFO_KEY",
     "SequenceField",
     "SequenceSpec",
+    "SnowflakeField",
     "close_registries",
+    "close_snowflakes",
     "default_registry",
     "get_registry",
     "include_sequence_table",

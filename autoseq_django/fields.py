@@ -332,3 +332,8 @@ def _fill_raw_saves(sender: type[models.Model], instance: models.Model, **kwargs
 def sequence_fields(model: type[models.Model]) -> list[SequenceField]:
     """The concrete ``SequenceField`` columns of ``model``."""
     return [f for f in model._meta.concrete_fields if isinstance(f, SequenceField)]
+
+
+# snowflake ids live in their own module; importable from here too
+from autoseq_django.snowflake_fields import SnowflakeAutoField as SnowflakeAutoField  # noqa: E402
+from autoseq_django.snowflake_fields import SnowflakeField as SnowflakeField  # noqa: E402

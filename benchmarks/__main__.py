@@ -24,6 +24,7 @@ SUITES = (
     "orm_django",
     "orm_mongoengine",
     "scaling",
+    "snowflake",
 )
 RESULTS = Path(__file__).resolve().parent / "results"
 
