@@ -20,7 +20,7 @@ class AutoseqConfig(AppConfig):
     def ready(self) -> None:
         from django.core.exceptions import ImproperlyConfigured
 
-        from autoseq_django import checks, conf  # noqa: F401 - registers the checks
+        from autoseq_django import checks, conf, doctor  # noqa: F401 - registers the checks
 
         setting_changed.connect(_settings_changed, dispatch_uid="autoseq-settings")
         connection_created.connect(_connection_created, dispatch_uid="autoseq-nodb")
