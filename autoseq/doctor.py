@@ -170,7 +170,7 @@ class Report:
                     _cell(max(tops) if tops else None if item.columns else "-"),
                     "cycles" if item.cycle else _cell(item.values_left, grouped=True),
                     "-" if item.rate is None else f"{item.rate:,.1f}",
-                    _duration(item.seconds_to_end),
+                    format_duration(item.seconds_to_end),
                 )
             )
         if self.sequences:
@@ -200,7 +200,8 @@ def _cell(value: object, *, grouped: bool = False) -> str:
     return str(value)
 
 
-def _duration(seconds: float | None) -> str:
+def format_duration(seconds: float | None) -> str:
+    """``seconds`` as a short human duration (``3.2d``); ``-`` for unknown."""
     if seconds is None:
         return "-"
     for unit, size in (("y", 365 * 86400.0), ("d", 86400.0), ("h", 3600.0), ("m", 60.0)):
@@ -438,8 +439,9 @@ def _check_values_left(
         report.add(
             "warning",
             "values_left",
-            f"{left:,} values left before end={row.end}: about {_duration(item.seconds_to_end)} "
-            f"at {item.rate:,.1f}/s; raise end (`autoseq change {row.name} --end E`)",
+            f"{left:,} values left before end={row.end}: about "
+            f"{format_duration(item.seconds_to_end)} at {item.rate:,.1f}/s; raise end "
+            f"(`autoseq change {row.name} --end E`)",
             row.name,
         )
     elif used >= warn_share:

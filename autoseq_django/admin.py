@@ -144,7 +144,7 @@ class SysSequenceAdmin(_Admin):
 
     @admin.display(description="time to end")
     def time_to_end(self, obj: SysSequence) -> str:
-        from autoseq.doctor import _duration
+        from autoseq.doctor import format_duration
 
         rate = _stats(obj).get("consumption_rate")
         values_left = obj.values_left
@@ -152,7 +152,7 @@ class SysSequenceAdmin(_Admin):
             return "cycles"
         if not rate:
             return "-"
-        return _duration(values_left / float(rate))
+        return format_duration(values_left / float(rate))
 
     @admin.display(description="next block (this process)")
     def next_block(self, obj: SysSequence) -> str:
