@@ -480,8 +480,8 @@ def _check_companion(store: SequenceStore, report: Report) -> None:
         report.add(
             "ok",
             "companion",
-            f"sequences live in {companion}; back it up together with {application} "
-            "(the same moment, e.g. `sqlite3 FILE '.backup COPY'` on both)",
+            f"sequences live in {companion}; back it up with {application}, the database "
+            "first and this file second (a newer companion only leaves a gap)",
         )
     elif has_app:
         report.add(
@@ -656,9 +656,14 @@ def _reader(
 def metadata_columns(store: SequenceStore, spec: str) -> list[ColumnUse]:
     """The sequence columns of the SQLAlchemy metadata ``MODULE:NAME`` names."""
     import importlib
+    import sys
 
     from autoseq.cli import UsageError, _column_max
 
+    # As alembic and gunicorn do: a console script does not have the current
+    # directory on sys.path, where the application's package usually is.
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
         raise UsageError(f"--metadata {spec!r}: write MODULE:NAME, e.g. myapp.models:Base")

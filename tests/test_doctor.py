@@ -324,7 +324,7 @@ def test_sqlite_companion_is_checked_beside_the_database(
     assert present.status == 0
     note = finding(present.json(), "companion")
     assert note["level"] == "ok"
-    assert "back it up together" in note["message"]
+    assert "the database first" in note["message"]
 
 
 @pytest.mark.redis
