@@ -51,10 +51,9 @@ def _columns(sequence_alias: str) -> list[ColumnUse]:
         except DatabaseError as exc:
             uses.append(ColumnUse(f"columns of {name}", name, _failing(exc)))
             continue
+        several = len({column.database for column in found}) > 1
         for column in found:
-            label = column.label
-            if column.database != sequence_alias:
-                label = f"{label} ({column.database})"
+            label = f"{column.label} ({column.database})" if several else column.label
             uses.append(ColumnUse(label, name, _constant(column.value)))
     return uses
 
