@@ -17,7 +17,8 @@ What is counted comes from the blinker signals of :mod:`autoseq.signals`
 (each reservation, failure, hand-back) and, at scrape time, from
 :meth:`~autoseq.SequenceLock.stats` of every lock that has reserved in this
 process (values served, caller waits, values left, what is buffered).
-Every metric has a ``sequence`` label:
+Every metric has a ``store`` label (the store's URL without a password, as
+``autoseq doctor`` prints it) and a ``sequence`` label:
 
 ========================================  =======  ===============================================
 ``autoseq_reservations_total``            counter  blocks reserved; ``mode`` = caller / prefetch
@@ -56,6 +57,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from autoseq import signals
+from autoseq.doctor import describe
 from autoseq.errors import StoreUnavailable
 from autoseq.lock import SequenceLock
 
@@ -79,6 +81,12 @@ LATENCY_BUCKETS = (
 )
 
 
+#: Labels of every metric: the store (as ``autoseq doctor`` names it, no
+#: password) and the sequence.
+LABELS = ("store", "sequence")
+_Key = tuple[str, str]
+
+
 class AutoseqMetrics(Collector):
     """The autoseq metrics of this process, registered in ``registry``.
 
@@ -91,25 +99,26 @@ class AutoseqMetrics(Collector):
         # Re-entrant: a lock collected while we hold it runs _retire on this thread.
         self._guard = threading.RLock()
         self._locks: weakref.WeakSet[SequenceLock] = weakref.WeakSet()
+        self._store_labels: dict[int, str] = {}
         # What a lock had served (and waited) when last seen, so its share
         # stays in the counters after the lock is closed and collected.
-        self._seen: dict[int, tuple[str, int, int]] = {}
-        self._retired: dict[str, tuple[int, int]] = {}
+        self._seen: dict[int, tuple[_Key, int, int]] = {}
+        self._retired: dict[_Key, tuple[int, int]] = {}
         # Values each lock handed back on close: stats() counts them as served.
         self._released: dict[int, int] = {}
-        self._down_since: dict[str, float] = {}
-        self._down_total: dict[str, float] = {}
+        self._down_since: dict[_Key, float] = {}
+        self._down_total: dict[_Key, float] = {}
         self._registries: list[weakref.ref[Any]] = []
 
         def counter(name: str, doc: str, *labels: str) -> Counter:
-            return Counter(f"{namespace}_{name}", doc, ["sequence", *labels], registry=registry)
+            return Counter(f"{namespace}_{name}", doc, [*LABELS, *labels], registry=registry)
 
         self.reservations = counter("reservations", "Blocks reserved from the store.", "mode")
         self.reserved_values = counter("reserved_values", "Values in the blocks reserved.")
         self.latency = Histogram(
             f"{namespace}_reservation_seconds",
             "Store round trip of a reservation, in seconds.",
-            ["sequence"],
+            LABELS,
             buckets=LATENCY_BUCKETS,
             registry=registry,
         )
@@ -132,6 +141,15 @@ class AutoseqMetrics(Collector):
 
     # what the signals say ------------------------------------------------------
 
+    def _key(self, sender: Any, name: object) -> _Key:
+        """(store, sequence): two databases may each have a sequence of the same name."""
+        store = getattr(sender, "store", None)
+        label = self._store_labels.get(id(store))
+        if label is None:
+            label = describe(store) if store is not None else "-"
+            self._store_labels[id(store)] = label
+        return (label, str(name))
+
     def _track(self, sender: Any) -> None:
         if isinstance(sender, SequenceLock) and sender not in self._locks:
             with self._guard:
@@ -139,57 +157,55 @@ class AutoseqMetrics(Collector):
                 weakref.finalize(sender, self._retire, id(sender))
 
     def _on_reserved(self, sender: Any, **kw: Any) -> None:
-        name = str(kw["name"])
+        key = self._key(sender, kw["name"])
         self._track(sender)
-        self.reservations.labels(name, "prefetch" if kw.get("prefetch") else "caller").inc()
-        self.reserved_values.labels(name).inc(int(kw["count"]))
-        self.latency.labels(name).observe(float(kw["latency"]))
-        self._up(name)
+        self.reservations.labels(*key, "prefetch" if kw.get("prefetch") else "caller").inc()
+        self.reserved_values.labels(*key).inc(int(kw["count"]))
+        self.latency.labels(*key).observe(float(kw["latency"]))
+        self._up(key)
 
     def _on_prefetch_failed(self, sender: Any, **kw: Any) -> None:
+        key = self._key(sender, kw["name"])
         self._track(sender)
-        self.prefetch_failures.labels(str(kw["name"])).inc()
+        self.prefetch_failures.labels(*key).inc()
         if isinstance(kw.get("error"), StoreUnavailable):
-            self._down(str(kw["name"]))
+            self._down(key)
 
     def _on_store_unavailable(self, sender: Any, **kw: Any) -> None:
+        key = self._key(sender, kw["name"])
         self._track(sender)
-        self.store_errors.labels(str(kw["name"])).inc()
-        self._down(str(kw["name"]))
+        self.store_errors.labels(*key).inc()
+        self._down(key)
 
     def _on_exhausted(self, sender: Any, **kw: Any) -> None:
-        self.exhausted.labels(str(kw["name"])).inc()
+        self.exhausted.labels(*self._key(sender, kw["name"])).inc()
 
     def _on_cycled(self, sender: Any, **kw: Any) -> None:
-        self.cycled.labels(str(kw["name"])).inc()
+        self.cycled.labels(*self._key(sender, kw["name"])).inc()
 
     def _on_released(self, sender: Any, **kw: Any) -> None:
-        self.released_values.labels(str(kw["name"])).inc(int(kw["count"]))
+        self.released_values.labels(*self._key(sender, kw["name"])).inc(int(kw["count"]))
         with self._guard:
             self._released[id(sender)] = self._released.get(id(sender), 0) + int(kw["count"])
 
-    def _down(self, name: str) -> None:
+    def _down(self, key: _Key) -> None:
         with self._guard:
-            self._down_since.setdefault(name, time.monotonic())
+            self._down_since.setdefault(key, time.monotonic())
 
-    def _up(self, name: str) -> None:
+    def _up(self, key: _Key) -> None:
         with self._guard:
-            since = self._down_since.pop(name, None)
-            if since is not None:
-                self._down_total[name] = self._down_total.get(name, 0.0) + (
-                    time.monotonic() - since
-                )
-            else:
-                self._down_total.setdefault(name, 0.0)
+            since = self._down_since.pop(key, None)
+            lasted = 0.0 if since is None else time.monotonic() - since
+            self._down_total[key] = self._down_total.get(key, 0.0) + lasted
 
-    def _retire(self, key: int) -> None:
+    def _retire(self, lock_id: int) -> None:
         with self._guard:
-            seen = self._seen.pop(key, None)
-            self._released.pop(key, None)
+            seen = self._seen.pop(lock_id, None)
+            self._released.pop(lock_id, None)
             if seen is not None:
-                name, served, waits = seen
-                old_served, old_waits = self._retired.get(name, (0, 0))
-                self._retired[name] = (old_served + served, old_waits + waits)
+                key, served, waits = seen
+                old_served, old_waits = self._retired.get(key, (0, 0))
+                self._retired[key] = (old_served + served, old_waits + waits)
 
     # what stats() says, at scrape time --------------------------------------------
 
@@ -212,76 +228,86 @@ class AutoseqMetrics(Collector):
     def collect(self) -> Iterator[Metric]:
         """The stats() part of the metrics, computed at each scrape."""
         ns = self.namespace
-        served = CounterMetricFamily(
-            f"{ns}_values_served", "Values handed to callers.", labels=["sequence"]
-        )
-        waits = CounterMetricFamily(
-            f"{ns}_caller_waits",
+
+        def family(kind: Callable[..., Metric], name: str, doc: str) -> Any:
+            return kind(f"{ns}_{name}", doc, labels=LABELS)
+
+        served = family(CounterMetricFamily, "values_served", "Values handed to callers.")
+        waits = family(
+            CounterMetricFamily,
+            "caller_waits",
             "Calls that found the buffer empty and waited for the store.",
-            labels=["sequence"],
         )
-        left = GaugeMetricFamily(
-            f"{ns}_values_left", "Values not yet served before end.", labels=["sequence"]
-        )
-        buffered = GaugeMetricFamily(
-            f"{ns}_buffered_values",
+        left = family(GaugeMetricFamily, "values_left", "Values not yet served before end.")
+        buffered = family(
+            GaugeMetricFamily,
+            "buffered_values",
             "Values held in this process's memory (current and next blocks).",
-            labels=["sequence"],
         )
-        rate = GaugeMetricFamily(
-            f"{ns}_consumption_rate",
+        rate = family(
+            GaugeMetricFamily,
+            "consumption_rate",
             "Values per second between the latest reservations.",
-            labels=["sequence"],
         )
-        ready = GaugeMetricFamily(
-            f"{ns}_next_block_ready",
+        ready = family(
+            GaugeMetricFamily,
+            "next_block_ready",
             "1 when the next block is already reserved in memory.",
-            labels=["sequence"],
         )
-        up = GaugeMetricFamily(
-            f"{ns}_store_up",
+        up = family(
+            GaugeMetricFamily,
+            "store_up",
             "0 from a store failure until a reservation succeeds again.",
-            labels=["sequence"],
         )
-        down = CounterMetricFamily(
-            f"{ns}_store_unavailable_seconds",
+        down = family(
+            CounterMetricFamily,
+            "store_unavailable_seconds",
             "Seconds between a store failure and the next successful reservation.",
-            labels=["sequence"],
         )
-        totals: dict[str, list[int]] = {}
+        # Several locks of one (store, sequence) in a process (two registries
+        # on one database) add up; one sample per label set, as Prometheus needs.
+        counts: dict[_Key, list[int]] = {}
+        lefts: dict[_Key, float] = {}
+        held: dict[_Key, float] = {}
+        rates: dict[_Key, float] = {}
+        readiness: dict[_Key, float] = {}
         for lock in self._all_locks():
             stats = lock.stats()
-            name = str(stats["name"])
+            key = self._key(lock, stats["name"])
             with self._guard:
                 given = int(stats["served_values"]) - self._released.get(id(lock), 0)
-                self._seen[id(lock)] = (name, given, int(stats["caller_waits"]))
-            count = totals.setdefault(name, [0, 0])
+                self._seen[id(lock)] = (key, given, int(stats["caller_waits"]))
+            count = counts.setdefault(key, [0, 0])
             count[0] += given
             count[1] += int(stats["caller_waits"])
             if stats["values_until_end"] is not None:
-                left.add_metric([name], float(stats["values_until_end"]))
-            buffered.add_metric(
-                [name], float(int(stats["current_block_left"]) + int(stats["next_block_left"]))
-            )
+                until_end = float(stats["values_until_end"])
+                lefts[key] = min(lefts.get(key, until_end), until_end)
+            in_memory = int(stats["current_block_left"]) + int(stats["next_block_left"])
+            held[key] = held.get(key, 0.0) + in_memory
             if stats["consumption_rate"] is not None:
-                rate.add_metric([name], float(stats["consumption_rate"]))
-            ready.add_metric([name], 1.0 if int(stats["next_block_left"]) > 0 else 0.0)
+                rates[key] = rates.get(key, 0.0) + float(stats["consumption_rate"])
+            is_ready = 1.0 if int(stats["next_block_left"]) > 0 else 0.0
+            readiness[key] = min(readiness.get(key, is_ready), is_ready)
         now = time.monotonic()
         with self._guard:
-            for name, (old_served, old_waits) in self._retired.items():
-                count = totals.setdefault(name, [0, 0])
+            for key, (old_served, old_waits) in self._retired.items():
+                count = counts.setdefault(key, [0, 0])
                 count[0] += old_served
                 count[1] += old_waits
             outages = dict(self._down_total)
-            for name, since in self._down_since.items():
-                outages[name] = outages.get(name, 0.0) + (now - since)
+            for key, since in self._down_since.items():
+                outages[key] = outages.get(key, 0.0) + (now - since)
             failing = set(self._down_since)
-        for name, (served_count, wait_count) in sorted(totals.items()):
-            served.add_metric([name], served_count)
-            waits.add_metric([name], wait_count)
-        for name, seconds in sorted(outages.items()):
-            down.add_metric([name], seconds)
-            up.add_metric([name], 0.0 if name in failing else 1.0)
+        for key, (served_count, wait_count) in sorted(counts.items()):
+            served.add_metric(list(key), served_count)
+            waits.add_metric(list(key), wait_count)
+        for target, values in ((left, lefts), (buffered, held), (rate, rates), (ready, readiness)):
+            for key, number in sorted(values.items()):
+                target.add_metric(list(key), number)
+        for key, seconds in sorted(outages.items()):
+            down.add_metric(list(key), seconds)
+            up.add_metric(list(key), 0.0 if key in failing else 1.0)
         yield from (served, waits, left, buffered, rate, ready, up, down)
 
     def describe(self) -> Iterable[Metric]:

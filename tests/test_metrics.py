@@ -51,7 +51,14 @@ def scrape() -> Iterator[Scrape]:
 
 
 def value(samples: dict[Any, float], name: str, **labels: str) -> float:
-    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+    """The sample of ``name`` whose labels include ``labels`` (0 when there is none)."""
+    found = [
+        number
+        for (sample, sample_labels), number in samples.items()
+        if sample == name and set(labels.items()) <= set(sample_labels)
+    ]
+    assert len(found) <= 1, f"{name} {labels}: several samples {found}"
+    return found[0] if found else 0.0
 
 
 def test_counters_move_by_the_traffic_served(db_url: str, scrape: Scrape) -> None:
@@ -177,3 +184,28 @@ def test_an_outage_counts_prefetch_failures_and_unavailable_time(scrape: Scrape)
             registry.close(release=False)
             store.drop_all()
             store.close()
+
+
+def test_one_sequence_name_in_two_stores_gets_two_label_sets(tmp_path: Any, scrape: Scrape) -> None:
+    """Two databases each with an "orders" sequence are told apart by the store label."""
+    stores = [SQLStore(f"sqlite:///{tmp_path / f'{db}.db'}") for db in ("east", "west")]
+    registries = [
+        SequenceRegistry(store, policy=BufferPolicy(prefetch=False, max_batch_count=10))
+        for store in stores
+    ]
+    try:
+        for registry, count in zip(registries, (5, 12), strict=True):
+            lock = registry.register(SequenceConfig("orders", batch_count=10))
+            lock.next_many(count)
+        samples = scrape()
+        served = {
+            dict(labels)["store"]: number
+            for (name, labels), number in samples.items()
+            if name == "autoseq_values_served_total" and dict(labels)["sequence"] == "orders"
+        }
+        assert len(served) == 2
+        assert sorted(served.values()) == [5, 12]
+        assert all("east.db" in store or "west.db" in store for store in served)
+    finally:
+        for registry in registries:
+            registry.close()

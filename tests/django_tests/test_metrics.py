@@ -23,7 +23,14 @@ def test_the_metrics_url_counts_the_values_inserts_used(backend: str) -> None:
     """autoseq/metrics serves the app's metrics; served values grow by the rows inserted."""
     client = Client()
     Parcel.objects.using(backend).create()  # the sequence has a lock from here on
-    key = ("autoseq_values_served_total", (("sequence", "testapp_parcel"),))
+    from autoseq_django import sequences
+
+    store = sequences.store(sequences.sequence_database(backend))
+    where = store.url.render_as_string(hide_password=True)
+    key = (
+        "autoseq_values_served_total",
+        (("sequence", "testapp_parcel"), ("store", f"SQLStore {where}")),
+    )
     before = scrape(client).get(key, 0.0)
     Parcel.objects.using(backend).bulk_create([Parcel() for _ in range(30)])
     Parcel.objects.using(backend).create()
