@@ -397,3 +397,66 @@ def test_the_json_report_has_a_stable_shape(sql: SqlSetup, doctor: Callable[...,
     assert sequence["columns"] == [{"column": f"{app}.id", "max": None}]
     for item in report["findings"]:
         assert set(item) == {"level", "check", "sequence", "message"}
+
+
+@pytest.mark.redis
+def test_a_corrupt_redis_row_is_found_among_the_others(doctor: Callable[..., Run]) -> None:
+    """On Redis every name in the index is read; a hash edited by hand is an invalid row."""
+    import redis
+
+    from autoseq.stores.redis import RedisStore
+
+    prefix = unique_table("doc")
+    store = RedisStore(REDIS_URL, prefix=prefix)
+    try:
+        store.create(SequenceConfig("good"))
+        store.create(SequenceConfig("bad"))
+        client = redis.Redis.from_url(REDIS_URL)
+        client.hset(store.key("bad"), "current", "abc")
+        client.close()
+        result = doctor("--url", REDIS_URL, "--sequence-table", prefix, "doctor", "--json")
+        assert result.status == 1
+        report = result.json()
+        assert finding(report, "invalid_row", "bad")["level"] == "error"
+        statuses = {s["name"]: s["status"] for s in report["sequences"]}
+        assert statuses == {"bad": "error", "good": "ok"}
+    except redis.RedisError as exc:
+        unavailable("redis", str(exc))
+    finally:
+        store.drop_all()
+        store.close()
+
+
+@pytest.mark.mongodb
+def test_a_corrupt_mongodb_row_is_found_among_the_others(
+    mongo_server: Any, mongo_db_name: str, doctor: Callable[..., Run]
+) -> None:
+    """On MongoDB every document of the collection is read; step 0 is an invalid row."""
+    from autoseq.stores.mongo import MongoStore
+
+    url = f"{mongo_server.url.rstrip('/')}/{mongo_db_name}"
+    store = MongoStore(url)
+    try:
+        store.create(SequenceConfig("good"))
+        store.create(SequenceConfig("bad"))
+        store.collection.update_one({"_id": "bad"}, {"$set": {"step": 0}})
+        result = doctor("--url", url, "doctor", "--json")
+        assert result.status == 1
+        report = result.json()
+        assert "step" in finding(report, "invalid_row", "bad")["message"]
+        statuses = {s["name"]: s["status"] for s in report["sequences"]}
+        assert statuses == {"bad": "error", "good": "ok"}
+    finally:
+        store.close()
+
+
+def test_a_cycling_sequence_is_not_behind_its_column(
+    sql: SqlSetup, doctor: Callable[..., Run]
+) -> None:
+    """A cycling sequence repeats by design: below max(column) it is noted, not an error."""
+    app = sql.make_rows([90])
+    sql.store.create(SequenceConfig(app, end=100, cycle=True, current=5))
+    result = doctor(*sql.args("--column", f"{app}.id", "--json"))
+    assert result.status == 0
+    assert finding(result.json(), "behind", app)["level"] == "ok"
+    assert not [f for f in result.json()["findings"] if f["check"] == "values_left"]
