@@ -231,6 +231,18 @@ def describe(store: SequenceStore) -> str:
     return type(store).__name__
 
 
+#: Checks other modules add (snowflake worker leases, say): each is called
+#: with the store and the report and records its findings with
+#: ``report.add(level, check, message, sequence)``.
+EXTRA_CHECKS: list[Callable[[SequenceStore, Report], None]] = []
+
+
+def register_check(check: Callable[[SequenceStore, Report], None]) -> None:
+    """Run ``check(store, report)`` in every :func:`examine` from now on (once per function)."""
+    if check not in EXTRA_CHECKS:
+        EXTRA_CHECKS.append(check)
+
+
 # reading the store ----------------------------------------------------------------
 
 
@@ -325,6 +337,11 @@ def examine(
     report = Report(describe(store))
     _check_companion(store, report)
     _check_redis(store, report)
+    for check in list(EXTRA_CHECKS):
+        try:
+            check(store, report)
+        except AutoseqError as exc:
+            report.add("error", getattr(check, "__name__", "check"), _one_line(exc))
     try:
         found = stored_names(store)
         if names is not None:

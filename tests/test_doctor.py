@@ -460,3 +460,28 @@ def test_a_cycling_sequence_is_not_behind_its_column(
     assert result.status == 0
     assert finding(result.json(), "behind", app)["level"] == "ok"
     assert not [f for f in result.json()["findings"] if f["check"] == "values_left"]
+
+
+def test_registered_checks_add_their_findings(sql: SqlSetup) -> None:
+    """register_check plugs a check in (snowflake leases, say); its AutoseqError is a finding."""
+    from autoseq import doctor
+    from autoseq.errors import StoreUnavailable
+
+    def leases(store: Any, report: doctor.Report) -> None:
+        report.add("warning", "leases", "worker 7's lease expires in 3 s")
+
+    def broken_leases(store: Any, report: doctor.Report) -> None:
+        raise StoreUnavailable("lease table unreadable")
+
+    doctor.register_check(leases)
+    doctor.register_check(broken_leases)
+    try:
+        report = examine(sql.store)
+    finally:
+        doctor.EXTRA_CHECKS.remove(leases)
+        doctor.EXTRA_CHECKS.remove(broken_leases)
+    assert [(f.level, f.check) for f in report.findings if "lease" in f.check] == [
+        ("warning", "leases"),
+        ("error", "broken_leases"),
+    ]
+    assert report.exit_code() == 1
