@@ -667,7 +667,15 @@ def _reader(
     table: str,
     column: str,
 ) -> Callable[[], int | None]:
-    return lambda: read(store, table, column)
+    def read_max() -> int | None:
+        try:
+            return read(store, table, column)
+        except AutoseqError:
+            raise
+        except Exception as exc:  # any driver's error: a finding, not a crash
+            raise StoreUnavailable(f"reading max({table}.{column}) failed: {exc}") from exc
+
+    return read_max
 
 
 def metadata_columns(store: SequenceStore, spec: str) -> list[ColumnUse]:

@@ -485,3 +485,15 @@ def test_registered_checks_add_their_findings(sql: SqlSetup) -> None:
         ("error", "broken_leases"),
     ]
     assert report.exit_code() == 1
+
+
+def test_a_column_hint_naming_a_missing_table_is_an_error_finding(
+    sql: SqlSetup, doctor: Callable[..., Run]
+) -> None:
+    """--column on a table that does not exist is reported (exit 1), the rest still checked."""
+    missing = unique_table("gone")
+    result = doctor(*sql.args("--column", f"{missing}.id", "--json"))
+    assert result.status == 1
+    column = finding(result.json(), "column", missing)
+    assert column["level"] == "error"
+    assert "does not exist" in column["message"]
