@@ -491,6 +491,7 @@ def test_a_column_hint_naming_a_missing_table_is_an_error_finding(
     sql: SqlSetup, doctor: Callable[..., Run]
 ) -> None:
     """--column on a table that does not exist is reported (exit 1), the rest still checked."""
+    sql.make_rows([])  # the database exists (on SQLite, its file), the table does not
     missing = unique_table("gone")
     result = doctor(*sql.args("--column", f"{missing}.id", "--json"))
     assert result.status == 1
