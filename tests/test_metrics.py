@@ -209,3 +209,40 @@ def test_one_sequence_name_in_two_stores_gets_two_label_sets(tmp_path: Any, scra
     finally:
         for registry in registries:
             registry.close()
+
+
+def test_the_asgi_app_serves_the_same_metrics() -> None:
+    """asgi_app() answers an HTTP request with the text format, autoseq's metrics included."""
+    import asyncio
+
+    from autoseq.stores import MemoryStore
+
+    registry_ = CollectorRegistry()
+    app = metrics.asgi_app(registry_)
+    sequences = SequenceRegistry(MemoryStore())
+    sequences.register(SequenceConfig("asgi", batch_count=10)).next()
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "method": "GET",
+        "path": "/metrics",
+        "query_string": b"",
+        "headers": [],
+    }
+    try:
+        asyncio.run(app(scope, receive, send))
+    finally:
+        sequences.close()
+        metrics._installed.pop(id(registry_), None)
+    assert sent[0]["status"] == 200
+    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    assert (
+        b'autoseq_reservations_total{mode="caller",sequence="asgi",store="MemoryStore"} 1.0' in body
+    )
