@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
-from django_tests.testapp.models import Parcel
+from django_tests.testapp.models import Invoice
 
 
 def scrape(client: Client) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -22,23 +22,23 @@ def scrape(client: Client) -> dict[tuple[str, tuple[tuple[str, str], ...]], floa
 def test_the_metrics_url_counts_the_values_inserts_used(backend: str) -> None:
     """autoseq/metrics serves the app's metrics; served values grow by the rows inserted."""
     client = Client()
-    Parcel.objects.using(backend).create()  # the sequence has a lock from here on
+    Invoice.objects.using(backend).create()  # the sequence has a lock from here on
     from autoseq_django import sequences
 
     store = sequences.store(sequences.sequence_database(backend))
     where = store.url.render_as_string(hide_password=True)
     key = (
         "autoseq_values_served_total",
-        (("sequence", "testapp_parcel"), ("store", f"SQLStore {where}")),
+        (("sequence", "testapp_invoice"), ("store", f"SQLStore {where}")),
     )
     before = scrape(client).get(key, 0.0)
-    Parcel.objects.using(backend).bulk_create([Parcel() for _ in range(30)])
-    Parcel.objects.using(backend).create()
+    Invoice.objects.using(backend).bulk_create([Invoice() for _ in range(30)])
+    Invoice.objects.using(backend).create()
     samples = scrape(client)
     assert samples[key] - before == 31
     reservations = sum(
         value
         for (name, labels), value in samples.items()
-        if name == "autoseq_reservations_total" and ("sequence", "testapp_parcel") in labels
+        if name == "autoseq_reservations_total" and ("sequence", "testapp_invoice") in labels
     )
     assert reservations >= 1
