@@ -99,7 +99,7 @@ class AutoseqMetrics(Collector):
         # Re-entrant: a lock collected while we hold it runs _retire on this thread.
         self._guard = threading.RLock()
         self._locks: weakref.WeakSet[SequenceLock] = weakref.WeakSet()
-        self._store_labels: dict[int, str] = {}
+        self._store_labels: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
         # What a lock had served (and waited) when last seen, so its share
         # stays in the counters after the lock is closed and collected.
         self._seen: dict[int, tuple[_Key, int, int]] = {}
@@ -144,10 +144,15 @@ class AutoseqMetrics(Collector):
     def _key(self, sender: Any, name: object) -> _Key:
         """(store, sequence): two databases may each have a sequence of the same name."""
         store = getattr(sender, "store", None)
-        label = self._store_labels.get(id(store))
+        if store is None:
+            return ("-", str(name))
+        try:
+            label = self._store_labels.get(store)
+        except TypeError:  # a store that cannot be weakly referenced: no cache
+            return (describe(store), str(name))
         if label is None:
-            label = describe(store) if store is not None else "-"
-            self._store_labels[id(store)] = label
+            label = describe(store)
+            self._store_labels[store] = label
         return (label, str(name))
 
     def _track(self, sender: Any) -> None:
