@@ -528,5 +528,13 @@ def _register_snowflake_commands() -> None:
 _register_snowflake_commands()
 
 
+def _register_doctor() -> None:
+    from autoseq import doctor
+
+    register("doctor", doctor.HELP, doctor.run_cli, doctor.configure_cli)
+
+
+_register_doctor()
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
