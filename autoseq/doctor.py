@@ -337,6 +337,7 @@ def examine(
     report = Report(describe(store))
     _check_companion(store, report)
     _check_redis(store, report)
+    _check_worker_leases(store, report)
     for check in list(EXTRA_CHECKS):
         try:
             check(store, report)
@@ -485,6 +486,40 @@ def _sample_rates(
             continue  # gone, or wrapped around (cycle) or forced back: no honest rate
         rates[name] = (after.next_value - before.next_value) / before.step / elapsed
     return rates
+
+
+def _check_worker_leases(store: SequenceStore, report: Report) -> None:
+    """Snowflake worker leases (``sys_worker``): held, expired, and clocks behind them."""
+    files = sqlite_files(store)
+    if files is not None and not os.path.exists(files[1]):
+        return  # opening it would create an empty companion file
+    from autoseq.errors import InvalidSnowflakeConfig
+    from autoseq.workers import worker_leases
+
+    try:
+        leases = worker_leases(store).list_workers()
+    except InvalidSnowflakeConfig:
+        return  # a store of another kind cannot hold leases
+    now = time.time_ns() // 1_000_000
+    for name in sorted({lease.name for lease in leases}):
+        rows = [lease for lease in leases if lease.name == name]
+        held = sum(1 for row in rows if row.owner is not None and row.expires_ms >= now)
+        expired = sum(1 for row in rows if row.owner is not None and row.expires_ms < now)
+        report.add(
+            "ok",
+            "worker_leases",
+            f"snowflake {name!r}: {held} worker ids held, {expired} expired (free to take "
+            f"over), {len(rows) - held - expired} released",
+        )
+        ahead = max(row.last_ms for row in rows) - now
+        if ahead > 1000:
+            report.add(
+                "warning",
+                "worker_leases",
+                f"snowflake {name!r}: this machine's clock is {ahead / 1000:.1f} s behind the "
+                "last timestamp recorded for one of its worker ids; a generator started here "
+                "waits that long (or refuses, with on_clock_backwards='fail'); check NTP",
+            )
 
 
 def _check_companion(store: SequenceStore, report: Report) -> None:

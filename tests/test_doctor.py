@@ -498,3 +498,32 @@ def test_a_column_hint_naming_a_missing_table_is_an_error_finding(
     column = finding(result.json(), "column", missing)
     assert column["level"] == "error"
     assert "does not exist" in column["message"]
+
+
+def test_snowflake_worker_leases_are_listed_and_a_clock_behind_them_warns(
+    sql: SqlSetup, doctor: Callable[..., Run]
+) -> None:
+    """Held leases are counted per layout; a timestamp recorded ahead of this clock warns."""
+    from autoseq.snowflake import Snowflake
+
+    held = Snowflake(sql.store, name="orders", lease_ttl=30.0)
+    held.next()
+    ahead = Snowflake(sql.store, name="fast", lease_ttl=30.0, clock=lambda: time.time() + 60)
+    ahead.next()
+    ahead.close()  # released, with a last timestamp a minute ahead of real time
+    try:
+        run = doctor(*sql.args("--json"))
+    finally:
+        held.close()
+    report = run.json()
+    leases = [f for f in report["findings"] if f["check"] == "worker_leases"]
+    messages = " | ".join(f["message"] for f in leases)
+    assert "snowflake 'orders': 1 worker ids held, 0 expired" in messages
+    assert "snowflake 'fast': 0 worker ids held, 0 expired (free to take over), 1 released" in (
+        messages
+    )
+    behind = [f for f in leases if f["level"] == "warning"]
+    assert len(behind) == 1
+    assert "'fast'" in behind[0]["message"]
+    assert "behind" in behind[0]["message"]
+    assert run.status == 0  # a warning alone does not fail the deploy (--strict does)
