@@ -117,6 +117,8 @@ class SequenceField(_BigIntegerField):
     """
 
     description = "Integer taken from a named sequence in sys_sequence"
+    #: An AutoField subclass is editable like AutoField: Django knows it is the key.
+    _key_editable = False
 
     def __init__(
         self,
@@ -131,6 +133,11 @@ class SequenceField(_BigIntegerField):
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("blank", True)  # filled on insert, so forms may leave it empty
+        if kwargs.get("primary_key") and not self._key_editable:
+            # Not editable, as AutoField is in effect: forms and the admin leave
+            # the key out (inline formsets then carry it hidden), and Django
+            # REST framework maps it read-only, so no client chooses it.
+            kwargs.setdefault("editable", False)
         self.sequence = sequence
         self.sequence_options: dict[str, Any] = {
             key: value
@@ -249,6 +256,11 @@ class SequenceField(_BigIntegerField):
             del kwargs["blank"]
         elif not self.blank:
             kwargs["blank"] = False
+        if self.primary_key and not self._key_editable:
+            if self.editable:
+                kwargs["editable"] = True
+            else:
+                kwargs.pop("editable", None)
         if self.sequence is not None:
             kwargs["sequence"] = self.sequence
         kwargs.update(self.sequence_options)
@@ -322,11 +334,23 @@ def _fill_raw_saves(sender: type[models.Model], instance: models.Model, **kwargs
     # loaddata saves raw: the compiler never calls pre_save, so an empty
     # sequence column is filled here, from the database being written to.
     if not kwargs.get("raw"):
+        if kwargs.get("update_fields") is not None:
+            _refuse_update_without_key(sender, instance)
         return
     using = kwargs["using"]
     for field in sender._meta.concrete_fields:
         if isinstance(field, SequenceField) and getattr(instance, field.attname) is None:
             setattr(instance, field.attname, field.take(using)[0])
+
+
+def _refuse_update_without_key(sender: type[models.Model], instance: models.Model) -> None:
+    # A key taken on insert counts as a default, which makes Django insert
+    # a new instance straight away, update_fields or not; AutoField refuses.
+    pk = sender._meta.pk
+    if isinstance(pk, SequenceField):
+        value = getattr(instance, pk.attname)
+        if value is None or type(value) is _Unfilled:
+            raise ValueError("Cannot force an update in save() with no primary key.")
 
 
 def sequence_fields(model: type[models.Model]) -> list[SequenceField]:

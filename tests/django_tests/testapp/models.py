@@ -40,3 +40,11 @@ class Parcel(models.Model):
     """A key with no sequence arguments: everything from AUTOSEQ["DEFAULTS"]."""
 
     id = SequenceField(primary_key=True)
+
+
+class OrderItem(models.Model):
+    """Rows edited inline under their Order in the admin; a sequence key of their own."""
+
+    id = SequenceField(primary_key=True)
+    order = models.ForeignKey(Order, on_delete=models.CASCADE, related_name="items")
+    sku = models.CharField(max_length=20)
