@@ -24,6 +24,12 @@ class AutoseqConfig(AppConfig):
 
         setting_changed.connect(_settings_changed, dispatch_uid="autoseq-settings")
         connection_created.connect(_connection_created, dispatch_uid="autoseq-nodb")
+        from django.db.models.signals import post_migrate
+
+        from autoseq_django.catchup import after_migrate
+
+        # Sent once per app: ours is enough, the plan covers every app.
+        post_migrate.connect(after_migrate, sender=self, dispatch_uid="autoseq-migrated")
         try:
             preload = conf.get().preload
         except ImproperlyConfigured:

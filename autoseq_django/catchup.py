@@ -1,0 +1,152 @@
+"""Keeping sequences ahead of keys they did not hand out.
+
+Keys written with their own values (``loaddata``, a bulk load with
+explicit keys, ``Order(id=5000).save()``) and rows a migration converts
+from ``AutoField`` would otherwise meet the sequence later, as an
+``IntegrityError`` on some insert. So:
+
+* A unique sequence column remembers, per database, the largest value it
+  knows to be safe: every value it was handed, and below ``current`` after
+  a catch-up. Writing a value above that (one comparison per row, no I/O)
+  notes it; the noted maximum is applied once, when the writing
+  transaction commits (in autocommit: at once), or before this process
+  takes its next value, whichever comes first. Applying it is one read of
+  the row and, when behind, one compare-and-set through
+  :mod:`autoseq.maintenance`; a buffered block that would hand the value
+  out again is dropped. A loaddata of 10,000 rows costs one catch-up.
+* After ``migrate``, a sequence whose field a migration added or altered
+  (the switch from ``BigAutoField``, say) moves past ``max()`` of its columns.
+
+Values that another process already holds in memory are its own: restart
+workers after loading keys past ``current`` (see ``manage.py autoseq sync``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING, Any
+
+from django.db import connections, transaction
+
+from autoseq import AutoseqError, SequenceNotFound
+from autoseq import maintenance as core
+
+if TYPE_CHECKING:
+    from autoseq_django.fields import SequenceField
+
+logger = logging.getLogger("autoseq_django")
+
+#: (write alias, id(field)) -> (field, alias, largest value written past what is known safe)
+_pending: dict[tuple[str, int], tuple[SequenceField, str, int]] = {}
+_guard = threading.Lock()
+
+
+def note(field: SequenceField, alias: str, value: int) -> None:
+    """Remember that ``value`` was written to ``field``'s column in database ``alias``."""
+    if not _keep(field, alias, value):
+        return
+    connection = connections[alias]
+    if not connection.in_atomic_block:
+        flush()  # autocommit: the statement is its own transaction
+    elif not any(entry[1] is _flush_on_commit for entry in connection.run_on_commit):
+        transaction.on_commit(_flush_on_commit, using=alias)
+
+
+def _keep(field: SequenceField, alias: str, value: int) -> bool:
+    key = (alias, id(field))
+    with _guard:
+        found = _pending.get(key)
+        if found is not None and found[2] >= value:
+            return False
+        _pending[key] = (field, alias, value)
+    return True
+
+
+def pending() -> bool:
+    """True when some noted value still has to be applied (checked before each take)."""
+    return bool(_pending)
+
+
+def flush() -> None:
+    """Move every sequence past the values noted for it, and drop blocks that hold them."""
+    from autoseq_django import sequences
+
+    with _guard:
+        items = list(_pending.values())
+        _pending.clear()
+    for done, (field, alias, value) in enumerate(items):
+        try:
+            _catch_up(sequences, field, alias, value)
+        except BaseException:
+            for rest in items[done:]:  # the next take or commit tries again
+                _keep(*rest)
+            raise
+
+
+def _catch_up(sequences: Any, field: SequenceField, alias: str, value: int) -> None:
+    config = field.sequence_config
+    if config.cycle:
+        return  # values repeat by design; nothing to stay ahead of
+    try:
+        lock = sequences.lock(config, alias)  # a missing row starts past every column
+    except SequenceNotFound:
+        return  # AUTO_CREATE off and no row: nothing hands these values out
+    sequence_alias = sequences.sequence_database(alias)
+    registry = sequences.registry(sequence_alias)
+    row = core.sync(registry.store, config.name, value)
+    held = lock.peek()
+    if held is not None and held <= value:
+        registry.discard(config.name)  # its buffer would serve the value again
+        held = None
+    safe = (held if held is not None else row.next_value) - 1
+    field._known[alias] = max(field._known.get(alias, safe), safe)
+
+
+def _flush_on_commit() -> None:
+    try:
+        flush()
+    except AutoseqError as exc:
+        # The rows are committed; the next take in this process tries again.
+        logger.warning("autoseq: could not move a sequence past loaded keys yet: %s", exc)
+
+
+def after_migrate(using: str, apps: Any = None, plan: Any = None, **kwargs: Any) -> None:
+    """``post_migrate``: sequences of fields a migration added or altered move past max()."""
+    from django.db.migrations.operations import AddField, AlterField
+
+    from autoseq_django.fields import SequenceField
+    from autoseq_django.maintenance import sync
+
+    if not plan or apps is None:
+        return
+    names: set[str] = set()
+    for migration, backwards in plan:
+        if backwards:
+            continue
+        for operation in migration.operations:
+            if not isinstance(operation, AddField | AlterField):
+                continue
+            if not isinstance(operation.field, SequenceField):
+                continue
+            try:
+                model = apps.get_model(migration.app_label, operation.model_name)
+            except LookupError:
+                continue  # removed by a later migration
+            field = model._meta.get_field(operation.name)
+            if isinstance(field, SequenceField):
+                names.add(field.sequence_name)
+    if names:
+        from django.db import router
+
+        from autoseq_django.maintenance import _has_table
+
+        here = {
+            f.sequence_name
+            for model in apps.get_models()
+            if router.allow_migrate_model(using, model) and _has_table(using, model)
+            for f in model._meta.concrete_fields
+            if isinstance(f, SequenceField)
+        }
+        if names & here:
+            sync(using, names=sorted(names & here), apps=apps)

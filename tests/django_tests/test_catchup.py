@@ -1,0 +1,90 @@
+"""Keys written with their own values never make a later insert collide."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+from django.db import transaction
+
+from autoseq_django import catchup
+from django_tests.helpers import stored_current
+from django_tests.testapp.models import Invoice, Order
+
+
+def fixture_of(tmp_path: Path, keys: list[int]) -> str:
+    path = tmp_path / "invoices.json"
+    rows = [{"model": "testapp.invoice", "pk": k, "fields": {"amount": 1}} for k in keys]
+    path.write_text(json.dumps(rows))
+    return str(path)
+
+
+def test_loaddata_then_create(backend: str, tmp_path: Path) -> None:
+    """After loaddata of keys past current, create() continues past them."""
+    first = Invoice.objects.using(backend).create()
+    keys = [first.pk + 100 + i for i in range(20)]
+    call_command("loaddata", fixture_of(tmp_path, keys), database=backend, verbosity=0)
+    made = [Invoice.objects.using(backend).create() for _ in range(3)]
+    assert made[0].pk > keys[-1]
+    assert [m.pk for m in made] == list(range(made[0].pk, made[0].pk + 3))
+
+
+def test_explicit_bulk_load_then_create(backend: str) -> None:
+    """A bulk_create with explicit keys moves the sequence: the next bulk does not collide."""
+    first = Order.objects.using(backend).create()
+    loaded = [Order(id=first.pk + 1000 + i) for i in range(50)]
+    Order.objects.using(backend).bulk_create(loaded)
+    after = Order.objects.using(backend).bulk_create([Order() for _ in range(10)])
+    assert after[0].pk > loaded[-1].pk
+
+
+def test_explicit_key_inside_the_buffered_block(backend: str) -> None:
+    """A key inside the block this process holds is never handed out again."""
+    first = Invoice.objects.using(backend).create()  # blocks of 7: the key is in the buffer
+    Invoice.objects.using(backend).create(id=first.pk + 2)
+    made = [Invoice.objects.using(backend).create().pk for _ in range(10)]
+    assert first.pk + 2 not in made
+    assert len(set(made)) == 10
+
+
+def test_values_the_sequence_gave_cost_nothing(
+    backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows keyed by the sequence (bulk, save, reload) never trigger a catch-up."""
+    calls: list[int] = []
+    original = catchup._catch_up
+    monkeypatch.setattr(catchup, "_catch_up", lambda *a: (calls.append(a[3]), original(*a))[1])
+    made = Invoice.objects.using(backend).bulk_create([Invoice() for _ in range(50)])
+    made[0].amount = 5
+    made[0].save(using=backend)
+    Invoice.objects.using(backend).create()
+    assert calls == []
+
+
+def test_loaddata_costs_one_catch_up(
+    backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """200 fixture rows past current are applied as one catch-up, not one per row."""
+    calls: list[int] = []
+    original = catchup._catch_up
+    monkeypatch.setattr(catchup, "_catch_up", lambda *a: (calls.append(a[3]), original(*a))[1])
+    start = Invoice.objects.using(backend).create().pk
+    keys = [start + 10_000 + i for i in range(200)]
+    call_command("loaddata", fixture_of(tmp_path, keys), database=backend, verbosity=0)
+    Invoice.objects.using(backend).create()
+    assert calls == [keys[-1]]
+
+
+@pytest.mark.autoseq_transaction
+def test_committed_load_moves_the_stored_row(backend: str, tmp_path: Path) -> None:
+    """Once loaddata commits, the stored row is past its keys: other processes see it too."""
+    start = Invoice.objects.using(backend).create().pk
+    keys = [start + 5000 + i for i in range(30)]
+    call_command("loaddata", fixture_of(tmp_path, keys), database=backend, verbosity=0)
+    assert stored_current(backend, "testapp_invoice") > keys[-1]
+    with transaction.atomic(using=backend):
+        Invoice.objects.using(backend).create(id=keys[-1] + 50)
+        assert stored_current(backend, "testapp_invoice") <= keys[-1] + 50  # not before commit
+    assert stored_current(backend, "testapp_invoice") > keys[-1] + 50
