@@ -55,7 +55,13 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["preload", "sqlite_companion", "sync_sequences"]
+__all__ = [
+    "get_next_value",
+    "get_next_values",
+    "preload",
+    "sqlite_companion",
+    "sync_sequences",
+]
 
 
 def sqlite_companion(database: dict[str, Any], mirror: str = "default") -> dict[str, Any]:
@@ -116,3 +122,12 @@ def sync_sequences(apps: Any, schema_editor: Any) -> None:
     from autoseq_django.maintenance import sync
 
     sync(schema_editor.connection.alias, apps=apps)
+
+
+def __getattr__(name: str) -> Any:
+    # django-sequences' calls, imported on use: this package loads before Django's apps.
+    if name in ("get_next_value", "get_next_values"):
+        from autoseq_django import compat
+
+        return getattr(compat, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
