@@ -190,14 +190,16 @@ def sync(
         if not _has_table(database, model):
             continue
         for field in sequence_fields(model):
-            if wanted is None or field.sequence_name in wanted:
-                by_name.setdefault(field.sequence_name, []).append(field)
+            by_name.setdefault(field.sequence_name, []).append(field)
     if wanted:
         missing = sorted(wanted - set(by_name))
         if missing:
+            used = ", ".join(sorted(by_name)) or "none"
             raise SequenceNotFound(
-                missing[0], f"no model in database {database!r} uses it (known: {sorted(by_name)})"
+                missing[0],
+                f"no model in database {database!r} uses it; sequences used there: {used}",
             )
+        by_name = {name: fields for name, fields in by_name.items() if name in wanted}
     sequence_alias = sequences.sequence_database(database)
     results = []
     for name, fields in sorted(by_name.items()):

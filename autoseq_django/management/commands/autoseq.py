@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DEFAULT_DB_ALIAS
 
@@ -58,6 +59,12 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         database = options["database"]
+        if database not in settings.DATABASES:
+            raise CommandError(
+                f"unknown database {database!r}; DATABASES has "
+                f"{', '.join(map(repr, settings.DATABASES))}",
+                returncode=2,
+            )
         try:
             sequence_alias = sequences.sequence_database(database)
             getattr(self, f"_{options['action']}")(sequence_alias, **options)
