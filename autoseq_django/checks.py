@@ -7,6 +7,7 @@ None of them touches a database.
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from typing import Any
 
@@ -18,6 +19,8 @@ from django.db import connections, router
 
 from autoseq_django import conf, sequences
 from autoseq_django.fields import SequenceField, sequence_fields
+
+logger = logging.getLogger("autoseq_django")
 
 COMPANION_HINT = (
     "Add DATABASES['autoseq'] = autoseq_django.sqlite_companion(DATABASES['default']), "
@@ -114,3 +117,63 @@ def check_sqlite_admin(app_configs: Any = None, **kwargs: Any) -> list[checks.Ch
             id="autoseq.W001",
         )
     ]
+
+
+@checks.register(checks.Tags.database)
+def check_stored_rows(
+    app_configs: Any = None, databases: Any = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
+    """Fields whose settings differ from their stored row (the row wins until applied).
+
+    A database check: it reads ``sys_sequence``, so it runs with ``migrate``
+    and ``check --database``, not on every command.
+    """
+    from autoseq_django import maintenance
+
+    messages: list[checks.CheckMessage] = []
+    fields = _all_sequence_fields(app_configs)
+    for alias in databases or ():
+        rows = _stored_rows(alias)
+        seen: set[str] = set()
+        for field in fields:
+            row = rows.get(field.sequence_name)
+            if (
+                row is None
+                or row.name in seen
+                or not router.allow_migrate_model(alias, field.model)
+            ):
+                continue
+            changes = maintenance.drift(field, row)
+            if not changes:
+                continue
+            seen.add(row.name)
+            wanted = field.sequence_config
+            stored = row.as_row()
+            differ = ", ".join(
+                f"start={wanted.start} (stored current={row.next_value})"
+                if key == "current"
+                else f"{key}={getattr(wanted, key)!r} (stored {stored[key]!r})"
+                for key in changes
+            )
+            messages.append(
+                checks.Warning(
+                    f"{field.model._meta.label}.{field.name} asks for {differ}, but sequence "
+                    f"{row.name!r} in database {alias!r} keeps its stored settings.",
+                    hint=(
+                        f"Apply them with `manage.py autoseq apply {row.name} --database {alias}`."
+                    ),
+                    obj=field,
+                    id="autoseq.W002",
+                )
+            )
+    return messages
+
+
+def _stored_rows(alias: str) -> dict[str, Any]:
+    """The rows serving database ``alias``; none when they cannot be read yet."""
+    try:
+        store = sequences.store(sequences.sequence_database(alias))
+        return {row.name: row for row in store.read_all()}
+    except Exception as exc:  # noqa: BLE001 - before the first migrate there is no table
+        logger.debug("autoseq: stored rows of %r not read: %s", alias, exc)
+        return {}

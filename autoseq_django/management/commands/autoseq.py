@@ -1,4 +1,4 @@
-"""``manage.py autoseq list | create | set | sync``: the sequences of a database."""
+"""``manage.py autoseq list | create | set | sync | apply``: the sequences of a database."""
 
 from __future__ import annotations
 
@@ -56,6 +56,12 @@ class Command(BaseCommand):
             "migration from AutoField), like sqlsequencereset.",
         )
         sync.add_argument("names", nargs="*", metavar="NAME", help="only these sequences")
+        apply = action(
+            "apply",
+            "Write the fields' settings (end, step, batch, batch_count, cycle, a later start) "
+            "to their stored rows: check autoseq.W002 names the rows that differ.",
+        )
+        apply.add_argument("names", nargs="*", metavar="NAME", help="only these sequences")
 
     def handle(self, *args: Any, **options: Any) -> None:
         database = options["database"]
@@ -133,6 +139,18 @@ class Command(BaseCommand):
                 else f"current {result.old} already past it"
             )
             self.stdout.write(f"{result.name!r} ({', '.join(result.columns)}: {top}): {moved}")
+
+    def _apply(self, sequence_alias: str, **options: Any) -> None:
+        results = maintenance.apply(options["database"], names=options["names"] or None)
+        for result in results:
+            if not result.changed:
+                self.stdout.write(f"{result.name!r}: already as the fields say")
+                continue
+            changed = ", ".join(
+                f"{'current' if key == 'current' else key} {old} -> {new}"
+                for key, (old, new) in result.changed.items()
+            )
+            self.stdout.write(f"{result.name!r} ({', '.join(result.columns)}): {changed}")
 
 
 def _values_left(row: SequenceConfig) -> int:
