@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from django.apps import AppConfig
@@ -54,6 +55,16 @@ def _connection_created(connection: Any, **kwargs: Any) -> None:
         from autoseq_django import sequences
 
         sequences.disconnect_servers()
+    elif connection.vendor == "sqlite":
+        from autoseq_django.sqlite import attach_companion
+
+        try:
+            attach_companion(connection)
+        except Exception as exc:  # noqa: BLE001 - a connection must open even so
+            # Only SysSequence queries miss the rows; inserts never need them.
+            logging.getLogger("autoseq_django").warning(
+                "autoseq: cannot attach the sequences file to %r: %s", connection.alias, exc
+            )
 
 
 def _preload_once(**kwargs: Any) -> None:

@@ -113,11 +113,16 @@ def _flush_on_commit() -> None:
 
 def after_migrate(using: str, apps: Any = None, plan: Any = None, **kwargs: Any) -> None:
     """``post_migrate``: sequences of fields a migration added or altered move past max()."""
+    from django.db import connections as all_connections
     from django.db.migrations.operations import AddField, AlterField
 
     from autoseq_django.fields import SequenceField
     from autoseq_django.maintenance import sync
+    from autoseq_django.sqlite import attach_companion
 
+    # Outside the migrations' transaction now: SQLite can ATTACH the file
+    # that migration 0001 created, so this connection sees its rows too.
+    attach_companion(all_connections[using])
     if not plan or apps is None:
         return
     names: set[str] = set()

@@ -22,12 +22,6 @@ from autoseq_django.fields import SequenceField, sequence_fields
 
 logger = logging.getLogger("autoseq_django")
 
-COMPANION_HINT = (
-    "Add DATABASES['autoseq'] = autoseq_django.sqlite_companion(DATABASES['default']), "
-    "AUTOSEQ = {'DATABASE': 'autoseq'} and DATABASE_ROUTERS = "
-    "['autoseq_django.routers.SequenceRouter'] (see the autoseq_django docstring)."
-)
-
 
 def _all_sequence_fields(app_configs: Any = None) -> list[SequenceField]:
     if app_configs is None:
@@ -95,28 +89,36 @@ def check_shared_sequences(app_configs: Any = None, **kwargs: Any) -> list[check
     return errors
 
 
-@checks.register(checks.Tags.models)
-def check_sqlite_admin(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    """On a SQLite file, SysSequence queries should read the companion file the store uses."""
-    if not _all_sequence_fields(app_configs):
-        return []
-    from autoseq_django.models import SysSequence
+@checks.register(checks.Tags.database)
+def check_sqlite_admin(
+    app_configs: Any = None, databases: Any = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
+    """A SQLite file's own ``sys_sequence`` would hide the companion Django attaches.
 
-    alias = router.db_for_read(SysSequence)
-    connection = connections[alias]
-    if connection.vendor != "sqlite":
-        return []
-    name = str(connection.settings_dict.get("NAME") or "")
-    if sequences.sqlite_in_memory(name) or name.endswith(".autoseq"):
-        return []
-    return [
-        checks.Warning(
-            f"The sequences of SQLite database {alias!r} live in {name}.autoseq (SQLite has "
-            f"one writer per file), but SysSequence and its admin read {alias!r}.",
-            hint=COMPANION_HINT,
-            id="autoseq.W001",
+    Migration 0003 drops that table when empty; one holding rows is left
+    for the operator, and SysSequence queries and the admin would read it.
+    """
+    from autoseq_django.sqlite import companion_path
+
+    messages: list[checks.CheckMessage] = []
+    for alias in databases or ():
+        connection = connections[alias]
+        path = companion_path(connection)
+        if path is None:
+            continue
+        with connection.cursor() as cursor:
+            if "sys_sequence" not in connection.introspection.table_names(cursor):
+                continue
+        messages.append(
+            checks.Warning(
+                f"SQLite database {alias!r} has a sys_sequence table of its own; its "
+                f"sequences live in {path}, which SysSequence and the admin then cannot see.",
+                hint="Run `manage.py migrate autoseq` (it drops the table when empty), or "
+                "move its rows out and drop it: no process reserves from it.",
+                id="autoseq.W001",
+            )
         )
-    ]
+    return messages
 
 
 @checks.register(checks.Tags.database)
