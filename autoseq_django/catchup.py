@@ -123,6 +123,9 @@ def after_migrate(using: str, apps: Any = None, plan: Any = None, **kwargs: Any)
     # Outside the migrations' transaction now: SQLite can ATTACH the file
     # that migration 0001 created, so this connection sees its rows too.
     attach_companion(all_connections[using])
+    from autoseq_django.testing import install_when_testing
+
+    install_when_testing()  # test databases are being set up
     if not plan or apps is None:
         return
     names: set[str] = set()
@@ -155,3 +158,10 @@ def after_migrate(using: str, apps: Any = None, plan: Any = None, **kwargs: Any)
         }
         if names & here:
             sync(using, names=sorted(names & here), apps=apps)
+
+
+def forget(alias: str) -> None:
+    """Drop what was noted for database ``alias`` (its sequences were reset)."""
+    with _guard:
+        for key in [key for key in _pending if key[0] == alias]:
+            del _pending[key]
