@@ -101,11 +101,17 @@ FRESH_SCRIPT = """
     items = [Item.objects.create(name=str(i)) for i in range(3)]
     print("keys", [item.pk for item in items])
     print("rows", sorted(SysSequence.objects.values_list("name", "current")))
+    from django.contrib.auth.models import User
+    from django.test import Client
+    client = Client()
+    client.force_login(User.objects.create_superuser("admin", "a@example.com", "pw"))
+    page = client.get("/admin/autoseq/syssequence/").content.decode()
+    print("admin lists shop_item:", "shop_item" in page)
 """
 
 
 def test_a_fresh_sqlite_project_is_quiet(tmp_path: Path) -> None:
-    """startproject-like settings on SQLite: check, makemigrations, migrate with no warning."""
+    """startproject-like settings on SQLite: check, migrate, test, shell with no warning."""
     (tmp_path / "settings.py").write_text(textwrap.dedent(FRESH_SETTINGS))
     (tmp_path / "urls.py").write_text(
         "from django.contrib import admin\nfrom django.urls import path\n"
@@ -118,6 +124,13 @@ def test_a_fresh_sqlite_project_is_quiet(tmp_path: Path) -> None:
     (shop / "models.py").write_text(
         "from django.db import models\n\n\nclass Item(models.Model):\n"
         "    name = models.CharField(max_length=20)\n"
+    )
+    (shop / "tests.py").write_text(
+        "from django.test import TestCase\n\nfrom shop.models import Item\n\n\n"
+        "class ItemTests(TestCase):\n"
+        "    def test_keys(self):\n"
+        "        first, second = Item.objects.create(), Item.objects.create()\n"
+        "        self.assertEqual(second.pk, first.pk + 1)\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
     env.update(DJANGO_SETTINGS_MODULE="settings", PYTHONPATH=f"{tmp_path}{os.pathsep}{ROOT}")
@@ -140,11 +153,13 @@ def test_a_fresh_sqlite_project_is_quiet(tmp_path: Path) -> None:
         django("makemigrations", "shop"),
         django("migrate"),
         django("check", "--database", "default"),
+        django("test", "shop"),
         django("shell", "-c", textwrap.dedent(FRESH_SCRIPT)),
     ]
     assert not [line for out in outputs for line in out.splitlines() if "autoseq.W" in line]
     assert "keys [1, 2, 3]" in outputs[-1]
     assert "('shop_item', 101)" in outputs[-1]
+    assert "admin lists shop_item: True" in outputs[-1]
     with sqlite3.connect(tmp_path / "db.sqlite3") as main:
         tables = {row[0] for row in main.execute("SELECT name FROM sqlite_master")}
     assert "sys_sequence" not in tables
