@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import connections, transaction
 
-from autoseq import AutoseqError, SequenceNotFound
+from autoseq import SequenceNotFound
 from autoseq import maintenance as core
 
 if TYPE_CHECKING:
@@ -94,6 +94,11 @@ def _catch_up(sequences: Any, field: SequenceField, alias: str, value: int) -> N
         return  # AUTO_CREATE off and no row: nothing hands these values out
     sequence_alias = sequences.sequence_database(alias)
     registry = sequences.registry(sequence_alias)
+    row = registry.store.read(config.name)
+    if row is None:
+        return
+    if value < row.start or value > row.last_value:
+        return  # outside what the sequence can ever hand out: no collision to prevent
     row = core.sync(registry.store, config.name, value)
     held = lock.peek()
     if held is not None and held <= value:
@@ -106,8 +111,8 @@ def _catch_up(sequences: Any, field: SequenceField, alias: str, value: int) -> N
 def _flush_on_commit() -> None:
     try:
         flush()
-    except AutoseqError as exc:
-        # The rows are committed; the next take in this process tries again.
+    except Exception as exc:  # noqa: BLE001 - the caller's rows are committed already
+        # flush() kept the values: the next take in this process tries again.
         logger.warning("autoseq: could not move a sequence past loaded keys yet: %s", exc)
 
 

@@ -88,3 +88,13 @@ def test_committed_load_moves_the_stored_row(backend: str, tmp_path: Path) -> No
         Invoice.objects.using(backend).create(id=keys[-1] + 50)
         assert stored_current(backend, "testapp_invoice") <= keys[-1] + 50  # not before commit
     assert stored_current(backend, "testapp_invoice") > keys[-1] + 50
+
+
+def test_explicit_key_past_end_is_left_alone(backend: str) -> None:
+    """A key beyond the sequence's end cannot collide: inserts go on within the range."""
+    from django_tests.testapp.models import Coupon
+
+    first = Coupon.objects.using(backend).create()
+    Coupon.objects.using(backend).create(id=10**6 + 5)
+    made = Coupon.objects.using(backend).create()
+    assert first.pk < made.pk <= 10**6

@@ -48,3 +48,9 @@ class OrderItem(models.Model):
     id = SequenceField(primary_key=True)
     order = models.ForeignKey(Order, on_delete=models.CASCADE, related_name="items")
     sku = models.CharField(max_length=20)
+
+
+class Coupon(models.Model):
+    """A key sequence that ends early: keys past its end are somebody else's range."""
+
+    id = SequenceField(primary_key=True, end=10**6)
