@@ -12,8 +12,8 @@ from ``AutoField`` would otherwise meet the sequence later, as an
   transaction commits (in autocommit: at once), or before this process
   takes its next value, whichever comes first. Applying it is one read of
   the row and, when behind, one compare-and-set through
-  :mod:`autoseq.maintenance`; a buffered block that would hand the value
-  out again is dropped. A loaddata of 10,000 rows costs one catch-up.
+  :mod:`autoseq.maintenance`; values this process holds in memory up to
+  the loaded key are skipped. A loaddata of 10,000 rows costs one catch-up.
 * After ``migrate``, a sequence whose field a migration added or altered
   (the switch from ``BigAutoField``, say) moves past ``max()`` of its columns.
 
@@ -100,10 +100,13 @@ def _catch_up(sequences: Any, field: SequenceField, alias: str, value: int) -> N
     if value < row.start or value > row.last_value:
         return  # outside what the sequence can ever hand out: no collision to prevent
     row = core.sync(registry.store, config.name, value)
+    # The buffer would serve the value again: take what it holds up to there,
+    # one value at a time, so nothing new is reserved for it. Not discard():
+    # other threads may be taking values from this very lock.
     held = lock.peek()
-    if held is not None and held <= value:
-        registry.discard(config.name)  # its buffer would serve the value again
-        held = None
+    while held is not None and held <= value:
+        lock.next()
+        held = lock.peek()
     safe = (held if held is not None else row.next_value) - 1
     field._known[alias] = max(field._known.get(alias, safe), safe)
 

@@ -85,9 +85,10 @@ def test_committed_load_moves_the_stored_row(backend: str, tmp_path: Path) -> No
     call_command("loaddata", fixture_of(tmp_path, keys), database=backend, verbosity=0)
     assert stored_current(backend, "testapp_invoice") > keys[-1]
     with transaction.atomic(using=backend):
-        Invoice.objects.using(backend).create(id=keys[-1] + 50)
-        assert stored_current(backend, "testapp_invoice") <= keys[-1] + 50  # not before commit
-    assert stored_current(backend, "testapp_invoice") > keys[-1] + 50
+        Invoice.objects.using(backend).create(id=keys[-1] + 50_000)
+        assert catchup.pending()  # applied when the transaction commits
+    assert not catchup.pending()
+    assert stored_current(backend, "testapp_invoice") > keys[-1] + 50_000
 
 
 def test_explicit_key_past_end_is_left_alone(backend: str) -> None:
@@ -98,3 +99,18 @@ def test_explicit_key_past_end_is_left_alone(backend: str) -> None:
     Coupon.objects.using(backend).create(id=10**6 + 5)
     made = Coupon.objects.using(backend).create()
     assert first.pk < made.pk <= 10**6
+
+
+def test_skipping_a_loaded_key_keeps_the_lock_open(backend: str) -> None:
+    """A thread holding the sequence's lock keeps taking values after a key lands in its block."""
+    from autoseq_django import sequences
+
+    first = Order.objects.using(backend).create()
+    field = Order._meta.get_field("id")
+    held = sequences.lock(field.sequence_config, backend)  # as another thread would hold it
+    ahead = held.peek()
+    assert ahead is not None
+    Order.objects.using(backend).create(id=ahead + 3)  # inside this process's block
+    after = Order.objects.using(backend).create()
+    assert held.next() > ahead + 3
+    assert after.pk > ahead + 3 > first.pk
