@@ -37,9 +37,21 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("autoseq_django")
 
-#: (write alias, id(field)) -> (field, alias, largest value written past what is known safe)
-_pending: dict[tuple[str, int], tuple[SequenceField, str, int]] = {}
-_guard = threading.Lock()
+# Per thread: a value is noted by the thread whose transaction writes it,
+# and applied when that transaction commits or that thread takes its next
+# value. Another thread applying half of a statement's keys (the first rows
+# compiled so far) would move the sequence into the rest of them.
+_local = threading.local()
+
+#: The pending values of a thread, by (write alias, id(field)).
+_Pending = dict[tuple[str, int], tuple["SequenceField", str, int]]
+
+
+def _pending() -> _Pending:
+    found: _Pending | None = getattr(_local, "pending", None)
+    if found is None:
+        found = _local.pending = {}
+    return found
 
 
 def note(field: SequenceField, alias: str, value: int) -> None:
@@ -54,27 +66,36 @@ def note(field: SequenceField, alias: str, value: int) -> None:
 
 
 def _keep(field: SequenceField, alias: str, value: int) -> bool:
+    pending_values = _pending()
     key = (alias, id(field))
-    with _guard:
-        found = _pending.get(key)
-        if found is not None and found[2] >= value:
-            return False
-        _pending[key] = (field, alias, value)
+    found = pending_values.get(key)
+    if found is not None and found[2] >= value:
+        return False
+    pending_values[key] = (field, alias, value)
     return True
 
 
 def pending() -> bool:
-    """True when some noted value still has to be applied (checked before each take)."""
-    return bool(_pending)
+    """True when this thread noted a value still to apply (checked before each take)."""
+    return bool(getattr(_local, "pending", None))
 
 
-def flush() -> None:
-    """Move every sequence past the values noted for it, and drop blocks that hold them."""
+def flush(sequence: str | None = None) -> None:
+    """Move sequences past the values this thread noted, skipping buffered ones.
+
+    ``sequence``: only that sequence's values. A take flushes its own only:
+    an INSERT compiles row by row, and another column's take in the middle
+    of it must not apply the keys of the rows compiled so far alone.
+    """
     from autoseq_django import sequences
 
-    with _guard:
-        items = list(_pending.values())
-        _pending.clear()
+    pending_values = _pending()
+    keys = [
+        key
+        for key, (field, _, _) in pending_values.items()
+        if sequence is None or field.sequence_name == sequence
+    ]
+    items = [pending_values.pop(key) for key in keys]
     for done, (field, alias, value) in enumerate(items):
         try:
             _catch_up(sequences, field, alias, value)
@@ -169,7 +190,7 @@ def after_migrate(using: str, apps: Any = None, plan: Any = None, **kwargs: Any)
 
 
 def forget(alias: str) -> None:
-    """Drop what was noted for database ``alias`` (its sequences were reset)."""
-    with _guard:
-        for key in [key for key in _pending if key[0] == alias]:
-            del _pending[key]
+    """Drop what this thread noted for database ``alias`` (its sequences were reset)."""
+    pending_values = _pending()
+    for key in [key for key in pending_values if key[0] == alias]:
+        del pending_values[key]

@@ -178,7 +178,7 @@ class SequenceField(_BigIntegerField):
     def take(self, using: str, count: int = 1) -> list[int]:
         """``count`` values for rows written to database ``using``."""
         if catchup.pending():
-            catchup.flush()  # keys loaded meanwhile: the sequence moves past them first
+            catchup.flush(self.sequence_name)  # keys loaded meanwhile: move past them first
         lock = sequences.lock(self.sequence_config, using)
         values = [lock.next()] if count == 1 else lock.next_many(count)
         top = max(values)
@@ -246,10 +246,15 @@ class SequenceField(_BigIntegerField):
             unfilled.filled = True
             unfilled.instances = []
         seen = {id(obj) for obj in missing}
+        known = self._known.get(using, _UNKNOWN)
         for obj in pending.objs or (pending.instance,):
             value = getattr(obj, attname)
             if (value is None or type(value) is _Unfilled) and id(obj) not in seen:
                 missing.append(obj)
+            elif type(value) is int and value > known and self.unique:
+                # Keys given in this very statement: the values taken below
+                # must pass them, not only the ones compiled so far.
+                catchup.note(self, using, value)
         if missing:
             for obj, value in zip(missing, self.take(using, len(missing)), strict=True):
                 setattr(obj, attname, value)

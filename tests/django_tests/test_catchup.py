@@ -114,3 +114,59 @@ def test_skipping_a_loaded_key_keeps_the_lock_open(backend: str) -> None:
     after = Order.objects.using(backend).create()
     assert held.next() > ahead + 3
     assert after.pk > ahead + 3 > first.pk
+
+
+@pytest.mark.autoseq_transaction
+def test_threads_inserting_while_keys_are_loaded(backend: str) -> None:
+    """Four threads insert while a fifth loads keys far ahead: no error, no duplicate."""
+    import threading
+
+    from django.db import connections
+
+    base = Order.objects.using(backend).create().pk + 1_000_000
+    made: list[int] = []
+    errors: list[BaseException] = []
+    guard = threading.Lock()
+
+    def insert() -> None:
+        try:
+            for _ in range(60):
+                pk = Order.objects.using(backend).create().pk
+                with guard:
+                    made.append(pk)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    def load() -> None:
+        try:
+            for round_ in range(5):
+                keys = [base * (round_ + 1) + i for i in range(20)]
+                Order.objects.using(backend).bulk_create([Order(id=k) for k in keys])
+                with guard:
+                    made.extend(keys)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=insert) for _ in range(4)]
+    threads.append(threading.Thread(target=load))
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert len(made) == len(set(made)) == 4 * 60 + 5 * 20
+    assert Order.objects.using(backend).filter(pk__in=made).count() == len(made)
+
+
+def test_mixed_bulk_passes_the_keys_it_carries(backend: str) -> None:
+    """New rows of a bulk that also carries keys ahead of the sequence get values past them."""
+    start = Order.objects.using(backend).create().pk
+    ahead = [start + 2, start + 3]
+    objs = [Order(id=ahead[0]), Order(), Order(id=ahead[1]), Order()]
+    made = Order.objects.using(backend).bulk_create(objs)
+    assert [m.pk for m in made][0::2] == ahead
+    assert min(made[1].pk, made[3].pk) > ahead[1]
