@@ -39,8 +39,8 @@ def companion_path(connection: Any) -> str | None:
         url, in_memory = store_url(sequences.database_url(connection.alias))
     except ImproperlyConfigured:
         return None  # checks E008 / E011 say why
-    if in_memory or not url.database:
-        return None
+    if in_memory or not url.database or url.get_backend_name() != "sqlite":
+        return None  # AUTOSEQ["URLS"] may send this alias's sequences elsewhere
     return str(url.database)
 
 
