@@ -170,3 +170,25 @@ def test_mixed_bulk_passes_the_keys_it_carries(backend: str) -> None:
     made = Order.objects.using(backend).bulk_create(objs)
     assert [m.pk for m in made][0::2] == ahead
     assert min(made[1].pk, made[3].pk) > ahead[1]
+
+
+def test_keys_below_a_forced_move_back_are_noted(backend: str) -> None:
+    """After `autoseq set --force` moves current back, a key loaded above it still counts."""
+    from django.core.management import call_command
+
+    first = Invoice.objects.using(backend).create().pk
+    call_command("autoseq", "set", "testapp_invoice", str(first + 1000), "--database", backend)
+
+    def take_then_roll_back() -> None:
+        with transaction.atomic(using=backend):
+            Invoice.objects.using(backend).create()  # handed out, never stored
+            raise RuntimeError("rolled back")
+
+    with pytest.raises(RuntimeError):
+        take_then_roll_back()
+    call_command(
+        "autoseq", "set", "testapp_invoice", str(first + 1), "--force", "--database", backend
+    )
+    Invoice.objects.using(backend).create(id=first + 500)
+    made = Invoice.objects.using(backend).bulk_create([Invoice() for _ in range(600)])
+    assert first + 500 not in {m.pk for m in made}
