@@ -89,3 +89,22 @@ def test_project_rows_match_and_apply_says_so(backend: str) -> None:
     # Other tests edit some rows on purpose (the admin's batch_count test, say).
     warnings = autoseq_checks.check_stored_rows(databases=[backend])
     assert [m.msg for m in warnings if "'testapp_order'" in m.msg] == []
+
+
+def test_manage_py_check_names_the_drift_and_apply_fixes_it(backend: str) -> None:
+    """`check --database` prints W002 for a row changed behind the field; `apply` restores it."""
+    from django_tests.testapp.models import Coupon
+
+    Coupon.objects.using(backend).create()
+    maintenance.change(sequences.sequence_database(backend), "testapp_coupon", {"batch_count": 3})
+    err = StringIO()
+    call_command("check", databases=[backend], stdout=StringIO(), stderr=err)
+    assert "autoseq.W002" in err.getvalue()
+    assert "testapp.Coupon.id asks for batch_count=100 (stored 3)" in err.getvalue()
+    assert f"manage.py autoseq apply testapp_coupon --database {backend}" in err.getvalue()
+    out = StringIO()
+    call_command("autoseq", "apply", "testapp_coupon", "--database", backend, stdout=out)
+    assert "batch_count 3 -> 100" in out.getvalue()
+    err = StringIO()
+    call_command("check", databases=[backend], stdout=StringIO(), stderr=err)
+    assert "testapp_coupon" not in err.getvalue()
