@@ -31,6 +31,18 @@ def _configured_database() -> str | None:
         return None
 
 
+def _main_of_companion(alias: str) -> str | None:
+    """The alias whose SQLite file ``alias`` is the companion of (``TEST["MIRROR"]``)."""
+    if not is_sqlite_companion(alias):
+        return None
+    database = settings.DATABASES[alias]
+    mirror = (database.get("TEST") or {}).get("MIRROR")
+    main = settings.DATABASES.get(mirror) if isinstance(mirror, str) else None
+    if main is None or f"{main.get('NAME')}.autoseq" != str(database.get("NAME")):
+        return None
+    return str(mirror)
+
+
 class SequenceRouter:
     """Routes ``SysSequence`` reads, writes and migrations to ``AUTOSEQ["DATABASE"]``.
 
@@ -46,7 +58,12 @@ class SequenceRouter:
         return _configured_database()
 
     def db_for_read(self, model: type[models.Model], **hints: Any) -> str | None:
-        return self._target(model)
+        target = self._target(model)
+        # A companion alias from sqlite_companion(): its main database's
+        # connection attaches the file read-only, so reads go there. Tests
+        # then need no access to the companion alias (which Django would
+        # refuse, or lock at teardown when listed).
+        return (_main_of_companion(target) or target) if target else None
 
     def db_for_write(self, model: type[models.Model], **hints: Any) -> str | None:
         return self._target(model)

@@ -57,3 +57,24 @@ def test_sync_of_an_unused_name_lists_the_used_ones() -> None:
     assert "'nosuch'" in message
     assert "[]" not in message
     assert "testapp_order" in message
+
+
+def test_companion_alias_reads_go_to_the_main_database() -> None:
+    """With the older companion alias, SysSequence reads use the main alias (which attaches it)."""
+    import warnings
+
+    from django.conf import settings
+
+    import autoseq_django
+    from autoseq_django.models import SysSequence
+
+    databases = {
+        **settings.DATABASES,
+        "autoseq": autoseq_django.sqlite_companion(settings.DATABASES["sqlite"], mirror="sqlite"),
+    }
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # overriding DATABASES: only the router reads it here
+        with override_settings(DATABASES=databases, AUTOSEQ={"DATABASE": "autoseq"}):
+            router = SequenceRouter()
+            assert router.db_for_read(SysSequence) == "sqlite"
+            assert router.db_for_write(SysSequence) == "autoseq"
