@@ -34,13 +34,17 @@ def companion_path(connection: Any) -> str | None:
     if sequences.sqlite_in_memory(name) or str(name).endswith(SIDECAR_SUFFIX):
         return None
     try:
-        if sequences.sequence_database(connection.alias) != connection.alias:
-            return None  # its sequences live in another database, which the router reads
         url, in_memory = store_url(sequences.database_url(connection.alias))
+        holder = sequences.sequence_database(connection.alias)
+        used = store_url(sequences.database_url(holder))[0] if holder != connection.alias else url
     except ImproperlyConfigured:
         return None  # checks E008 / E011 say why
     if in_memory or not url.database or url.get_backend_name() != "sqlite":
         return None  # AUTOSEQ["URLS"] may send this alias's sequences elsewhere
+    if used.get_backend_name() != "sqlite" or not used.database:
+        return None
+    if os.path.realpath(str(used.database)) != os.path.realpath(str(url.database)):
+        return None  # its sequences live in another database, which the router reads
     return str(url.database)
 
 
