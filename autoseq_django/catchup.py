@@ -10,8 +10,8 @@ from ``AutoField`` would otherwise meet the sequence later, as an
   a catch-up. Writing a value above that (one comparison per row, no I/O)
   notes it; the noted maximum is applied once, when the writing
   transaction commits (in autocommit: at once), or before the same thread
-  takes its next value of that sequence, whichever comes first. Applying it is one read of
-  the row and, when behind, one compare-and-set through
+  takes its next value of that sequence, whichever comes first. Applying
+  it is two reads of the row and, when behind, one compare-and-set through
   :mod:`autoseq.maintenance`; values this process holds in memory up to
   the loaded key are skipped. A loaddata of 10,000 rows costs one catch-up.
 * After ``migrate``, a sequence whose field a migration added or altered
