@@ -142,18 +142,18 @@ def _flush_on_commit() -> None:
 
 def after_migrate(using: str, apps: Any = None, plan: Any = None, **kwargs: Any) -> None:
     """``post_migrate``: sequences of fields a migration added or altered move past max()."""
-    from django.db import connections as all_connections
+    from django.core.exceptions import FieldDoesNotExist
+    from django.db import router
     from django.db.migrations.operations import AddField, AlterField
 
     from autoseq_django.fields import SequenceField
-    from autoseq_django.maintenance import sync
+    from autoseq_django.maintenance import _has_table, sync
     from autoseq_django.sqlite import attach_companion
+    from autoseq_django.testing import install_when_testing
 
     # Outside the migrations' transaction now: SQLite can ATTACH the file
     # that migration 0001 created, so this connection sees its rows too.
-    attach_companion(all_connections[using])
-    from autoseq_django.testing import install_when_testing
-
+    attach_companion(connections[using])
     install_when_testing()  # test databases are being set up
     if not plan or apps is None:
         return
@@ -168,16 +168,12 @@ def after_migrate(using: str, apps: Any = None, plan: Any = None, **kwargs: Any)
                 continue
             try:
                 model = apps.get_model(migration.app_label, operation.model_name)
-            except LookupError:
+                field = model._meta.get_field(operation.name)
+            except (LookupError, FieldDoesNotExist):
                 continue  # removed by a later migration
-            field = model._meta.get_field(operation.name)
             if isinstance(field, SequenceField):
                 names.add(field.sequence_name)
     if names:
-        from django.db import router
-
-        from autoseq_django.maintenance import _has_table
-
         here = {
             f.sequence_name
             for model in apps.get_models()
