@@ -237,6 +237,8 @@ class ApplyResult:
     name: str
     columns: tuple[str, ...]
     changed: dict[str, tuple[Any, Any]]
+    #: False when no row is stored yet (the field creates it on first use).
+    stored: bool = True
 
 
 def apply(
@@ -272,10 +274,11 @@ def apply(
         if wanted is not None and name not in wanted:
             continue
         row = store.read(name)
+        labels = tuple(f"{f.model._meta.label}.{f.name}" for f in fields)
         if row is None:
+            results.append(ApplyResult(name, labels, {}, stored=False))
             continue
         changes = drift(fields[0], row)
-        labels = tuple(f"{f.model._meta.label}.{f.name}" for f in fields)
         if changes:
             after = change(sequence_alias, name, changes)
             before_row, after_row = row.as_row(), after.as_row()

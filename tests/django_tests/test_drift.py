@@ -108,3 +108,19 @@ def test_manage_py_check_names_the_drift_and_apply_fixes_it(backend: str) -> Non
     err = StringIO()
     call_command("check", databases=[backend], stdout=StringIO(), stderr=err)
     assert "testapp_coupon" not in err.getvalue()
+
+
+def test_apply_says_when_a_row_is_not_there_yet(backend: str) -> None:
+    """apply of a sequence with no stored row says the field creates it; nothing is written."""
+    isolated_name = f"drift_{uuid.uuid4().hex[:10]}"
+    with isolate_apps("django_tests.testapp") as isolated:
+
+        class Fresh(models.Model):
+            code = SequenceField(sequence=isolated_name)
+
+            class Meta:
+                app_label = "testapp"
+
+        [result] = maintenance.apply(backend, names=[isolated_name], apps=isolated)
+    assert (result.stored, result.changed) == (False, {})
+    assert sequences.store(sequences.sequence_database(backend)).read(isolated_name) is None

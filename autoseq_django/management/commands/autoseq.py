@@ -143,7 +143,9 @@ class Command(BaseCommand):
     def _apply(self, sequence_alias: str, **options: Any) -> None:
         results = maintenance.apply(options["database"], names=options["names"] or None)
         for result in results:
-            if not result.changed:
+            if not result.stored:
+                self.stdout.write(f"{result.name!r}: no row yet; the field creates it on first use")
+            elif not result.changed:
                 self.stdout.write(f"{result.name!r}: already as the fields say")
                 continue
             changed = ", ".join(
