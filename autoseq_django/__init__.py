@@ -28,34 +28,33 @@ Settings, all optional, in one dict::
         "URLS": {},           # alias -> SQLAlchemy URL, for engines autoseq cannot map
     }
 
-SQLite: one writer per file. A reservation needed while your ``atomic()``
-holds the write lock would wait for it forever, so the sequences of
-``db.sqlite3`` live in the companion file ``db.sqlite3.autoseq`` (an
+SQLite: one writer per file. A reservation needed while your
+``atomic()`` holds the write lock would wait for it forever, so the sequences
+of ``db.sqlite3`` live in the companion file ``db.sqlite3.autoseq`` (an
 in-memory database, like the test database, gets a private in-memory store).
-Inserts need nothing more. For the admin and ``SysSequence`` queries to see
-those rows, name the companion as a database and route the model there::
+Django's connections attach the companion read-only, so the admin and
+``SysSequence`` queries show those rows with no extra settings. Change rows
+with the admin or ``manage.py autoseq`` (they write through autoseq's own
+connection), not by saving ``SysSequence`` inside your transactions.
 
-    DATABASES["autoseq"] = autoseq_django.sqlite_companion(DATABASES["default"])
-    DATABASE_ROUTERS = ["autoseq_django.routers.SequenceRouter"]
-    AUTOSEQ = {"DATABASE": "autoseq"}
-
-The companion is a test mirror of ``default``, so test runs never touch the
-real file; under tests the admin then reads the (empty) ``sys_sequence`` of the
-test database, while values come from the test database's own store. Change
-rows with the admin or ``manage.py autoseq`` (they write through autoseq's own
-connection), not by saving ``SysSequence`` inside your transactions: on
-SQLite that would hold the lock a reservation needs.
-
-``manage.py autoseq list | create | set | sync`` manages rows; ``sync`` moves
-sequences past ``max()`` of their columns (after ``loaddata`` or a migration
-from ``AutoField``: ``migrations.RunPython(autoseq_django.sync_sequences)``).
+``manage.py autoseq list | create | set | sync | apply`` manages rows. Keys
+loaded with their own values (``loaddata``, explicit bulk loads) and fields a
+migration converts move their sequences past them by themselves.
+``DEFAULT_AUTO_FIELD = "autoseq_django.fields.SequenceAutoField"`` keys every
+model; ``get_next_value(name)`` serves code written for django-sequences.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["preload", "sqlite_companion", "sync_sequences"]
+__all__ = [
+    "get_next_value",
+    "get_next_values",
+    "preload",
+    "sqlite_companion",
+    "sync_sequences",
+]
 
 
 def sqlite_companion(database: dict[str, Any], mirror: str = "default") -> dict[str, Any]:
@@ -116,3 +115,12 @@ def sync_sequences(apps: Any, schema_editor: Any) -> None:
     from autoseq_django.maintenance import sync
 
     sync(schema_editor.connection.alias, apps=apps)
+
+
+def __getattr__(name: str) -> Any:
+    # django-sequences' calls, imported on use: this package loads before Django's apps.
+    if name in ("get_next_value", "get_next_values"):
+        from autoseq_django import compat
+
+        return getattr(compat, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

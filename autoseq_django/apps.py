@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from django.apps import AppConfig
@@ -25,6 +26,12 @@ class AutoseqConfig(AppConfig):
         setting_changed.connect(_settings_changed, dispatch_uid="autoseq-settings")
         _install_metrics()
         connection_created.connect(_connection_created, dispatch_uid="autoseq-nodb")
+        from django.db.models.signals import post_migrate
+
+        from autoseq_django.catchup import after_migrate
+
+        # Sent once per app: ours is enough, the plan covers every app.
+        post_migrate.connect(after_migrate, sender=self, dispatch_uid="autoseq-migrated")
         try:
             preload = conf.get().preload
         except ImproperlyConfigured:
@@ -59,6 +66,16 @@ def _connection_created(connection: Any, **kwargs: Any) -> None:
         from autoseq_django import sequences
 
         sequences.disconnect_servers()
+    elif connection.vendor == "sqlite":
+        from autoseq_django.sqlite import attach_companion
+
+        try:
+            attach_companion(connection)
+        except Exception as exc:  # noqa: BLE001 - a connection must open even so
+            # Only SysSequence queries miss the rows; inserts never need them.
+            logging.getLogger("autoseq_django").warning(
+                "autoseq: cannot attach the sequences file to %r: %s", connection.alias, exc
+            )
 
 
 def _preload_once(**kwargs: Any) -> None:

@@ -7,6 +7,7 @@ None of them touches a database.
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from typing import Any
 
@@ -19,11 +20,7 @@ from django.db import connections, router
 from autoseq_django import conf, sequences
 from autoseq_django.fields import SequenceField, sequence_fields
 
-COMPANION_HINT = (
-    "Add DATABASES['autoseq'] = autoseq_django.sqlite_companion(DATABASES['default']), "
-    "AUTOSEQ = {'DATABASE': 'autoseq'} and DATABASE_ROUTERS = "
-    "['autoseq_django.routers.SequenceRouter'] (see the autoseq_django docstring)."
-)
+logger = logging.getLogger("autoseq_django")
 
 
 def _all_sequence_fields(app_configs: Any = None) -> list[SequenceField]:
@@ -92,25 +89,93 @@ def check_shared_sequences(app_configs: Any = None, **kwargs: Any) -> list[check
     return errors
 
 
-@checks.register(checks.Tags.models)
-def check_sqlite_admin(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    """On a SQLite file, SysSequence queries should read the companion file the store uses."""
-    if not _all_sequence_fields(app_configs):
-        return []
-    from autoseq_django.models import SysSequence
+@checks.register(checks.Tags.database)
+def check_sqlite_admin(
+    app_configs: Any = None, databases: Any = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
+    """A SQLite file's own ``sys_sequence`` would hide the companion Django attaches.
 
-    alias = router.db_for_read(SysSequence)
-    connection = connections[alias]
-    if connection.vendor != "sqlite":
-        return []
-    name = str(connection.settings_dict.get("NAME") or "")
-    if sequences.sqlite_in_memory(name) or name.endswith(".autoseq"):
-        return []
-    return [
-        checks.Warning(
-            f"The sequences of SQLite database {alias!r} live in {name}.autoseq (SQLite has "
-            f"one writer per file), but SysSequence and its admin read {alias!r}.",
-            hint=COMPANION_HINT,
-            id="autoseq.W001",
+    Migration 0003 drops that table when empty; one holding rows is left
+    for the operator, and SysSequence queries and the admin would read it.
+    """
+    from autoseq_django.sqlite import companion_path
+
+    messages: list[checks.CheckMessage] = []
+    for alias in databases or ():
+        connection = connections[alias]
+        path = companion_path(connection)
+        if path is None:
+            continue
+        with connection.cursor() as cursor:
+            if "sys_sequence" not in connection.introspection.table_names(cursor):
+                continue
+        messages.append(
+            checks.Warning(
+                f"SQLite database {alias!r} has a sys_sequence table of its own; its "
+                f"sequences live in {path}, which SysSequence and the admin then cannot see.",
+                hint="Run `manage.py migrate autoseq` (it drops the table when empty), or "
+                "move its rows out and drop it: no process reserves from it.",
+                id="autoseq.W001",
+            )
         )
-    ]
+    return messages
+
+
+@checks.register(checks.Tags.database)
+def check_stored_rows(
+    app_configs: Any = None, databases: Any = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
+    """Fields whose settings differ from their stored row (the row wins until applied).
+
+    A database check: it reads ``sys_sequence``, so it runs with ``migrate``
+    and ``check --database``, not on every command.
+    """
+    from autoseq_django import maintenance
+
+    messages: list[checks.CheckMessage] = []
+    fields = _all_sequence_fields(app_configs)
+    for alias in databases or ():
+        rows = _stored_rows(alias)
+        seen: set[str] = set()
+        for field in fields:
+            row = rows.get(field.sequence_name)
+            if (
+                row is None
+                or row.name in seen
+                or not router.allow_migrate_model(alias, field.model)
+            ):
+                continue
+            changes = maintenance.drift(field, row)
+            if not changes:
+                continue
+            seen.add(row.name)
+            wanted = field.sequence_config
+            stored = row.as_row()
+            differ = ", ".join(
+                f"start={wanted.start} (stored current={row.next_value})"
+                if key == "current"
+                else f"{key}={getattr(wanted, key)!r} (stored {stored[key]!r})"
+                for key in changes
+            )
+            messages.append(
+                checks.Warning(
+                    f"{field.model._meta.label}.{field.name} asks for {differ}, but sequence "
+                    f"{row.name!r} in database {alias!r} keeps its stored settings.",
+                    hint=(
+                        f"Apply them with `manage.py autoseq apply {row.name} --database {alias}`."
+                    ),
+                    obj=field,
+                    id="autoseq.W002",
+                )
+            )
+    return messages
+
+
+def _stored_rows(alias: str) -> dict[str, Any]:
+    """The rows serving database ``alias``; none when they cannot be read yet."""
+    try:
+        store = sequences.store(sequences.sequence_database(alias))
+        return {row.name: row for row in store.read_all()}
+    except Exception as exc:  # noqa: BLE001 - before the first migrate there is no table
+        logger.debug("autoseq: stored rows of %r not read: %s", alias, exc)
+        return {}

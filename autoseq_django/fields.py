@@ -25,18 +25,21 @@ from django.db.models.signals import pre_save
 
 from autoseq import InvalidSequenceConfig, SequenceConfig
 from autoseq.config import MAX_VALUE
-from autoseq_django import conf, sequences
+from autoseq_django import catchup, conf, sequences
 
 if TYPE_CHECKING:
     from django.db.backends.base.base import BaseDatabaseWrapper
     from django.forms import Field as FormField
 
     _BigIntegerField = models.BigIntegerField[int | None, int]
+    _BigAutoField = models.BigAutoField[int | None, int]
 else:
     _BigIntegerField = models.BigIntegerField
+    _BigAutoField = models.BigAutoField
 
 #: The sequence settings a field accepts, besides the sequence name.
 SEQUENCE_OPTIONS = ("start", "end", "step", "batch", "batch_count", "cycle")
+_UNKNOWN = -(2**64)  # below every value: nothing known yet
 _CONFIG_DEFAULTS = {
     f.name: f.default for f in dataclasses.fields(SequenceConfig) if f.name in SEQUENCE_OPTIONS
 }
@@ -117,6 +120,8 @@ class SequenceField(_BigIntegerField):
     """
 
     description = "Integer taken from a named sequence in sys_sequence"
+    #: An AutoField subclass is editable like AutoField: Django knows it is the key.
+    _key_editable = False
 
     def __init__(
         self,
@@ -131,6 +136,11 @@ class SequenceField(_BigIntegerField):
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("blank", True)  # filled on insert, so forms may leave it empty
+        if kwargs.get("primary_key") and not self._key_editable:
+            # Not editable, as AutoField is in effect: forms and the admin leave
+            # the key out (inline formsets then carry it hidden), and Django
+            # REST framework maps it read-only, so no client chooses it.
+            kwargs.setdefault("editable", False)
         self.sequence = sequence
         self.sequence_options: dict[str, Any] = {
             key: value
@@ -140,6 +150,9 @@ class SequenceField(_BigIntegerField):
             if value is not None
         }
         self._config: tuple[conf.AutoseqSettings, SequenceConfig] | None = None
+        #: By write alias, the largest value known not to be ahead of the sequence
+        #: (see autoseq_django.catchup): values above it are noted when written.
+        self._known: dict[str, int] = {}
         super().__init__(*args, **kwargs)
 
     # what the sequence is -----------------------------------------------------
@@ -164,8 +177,14 @@ class SequenceField(_BigIntegerField):
 
     def take(self, using: str, count: int = 1) -> list[int]:
         """``count`` values for rows written to database ``using``."""
+        if catchup.pending():
+            catchup.flush(self.sequence_name)  # keys loaded meanwhile: move past them first
         lock = sequences.lock(self.sequence_config, using)
-        return [lock.next()] if count == 1 else lock.next_many(count)
+        values = [lock.next()] if count == 1 else lock.next_many(count)
+        top = max(values)
+        if top > self._known.get(using, _UNKNOWN):
+            self._known[using] = top
+        return values
 
     # Django hooks ---------------------------------------------------------------
 
@@ -207,10 +226,14 @@ class SequenceField(_BigIntegerField):
 
     def get_db_prep_save(self, value: Any, connection: BaseDatabaseWrapper) -> Any:
         if type(value) is int:  # the common case in a bulk: skip the generic chain
+            if value > self._known.get(connection.alias, _UNKNOWN) and self.unique:
+                catchup.note(self, connection.alias, value)  # a key the sequence did not give
             return connection.ops.adapt_integerfield_value(value, "BigIntegerField")
         if isinstance(value, _Pending):
             self._fill(value, connection.alias)
             value = getattr(value.instance, self.attname)
+            if type(value) is int:  # as above, so a bulk's values all have one type
+                return connection.ops.adapt_integerfield_value(value, "BigIntegerField")
         return super().get_db_prep_save(value, connection)
 
     def _fill(self, pending: _Pending, using: str) -> None:
@@ -223,10 +246,15 @@ class SequenceField(_BigIntegerField):
             unfilled.filled = True
             unfilled.instances = []
         seen = {id(obj) for obj in missing}
+        known = self._known.get(using, _UNKNOWN)
         for obj in pending.objs or (pending.instance,):
             value = getattr(obj, attname)
             if (value is None or type(value) is _Unfilled) and id(obj) not in seen:
                 missing.append(obj)
+            elif type(value) is int and value > known and self.unique:
+                # Keys given in this very statement: the values taken below
+                # must pass them, not only the ones compiled so far.
+                catchup.note(self, using, value)
         if missing:
             for obj, value in zip(missing, self.take(using, len(missing)), strict=True):
                 setattr(obj, attname, value)
@@ -249,6 +277,11 @@ class SequenceField(_BigIntegerField):
             del kwargs["blank"]
         elif not self.blank:
             kwargs["blank"] = False
+        if self.primary_key and not self._key_editable:
+            if self.editable:
+                kwargs["editable"] = True
+            else:
+                kwargs.pop("editable", None)
         if self.sequence is not None:
             kwargs["sequence"] = self.sequence
         kwargs.update(self.sequence_options)
@@ -322,6 +355,8 @@ def _fill_raw_saves(sender: type[models.Model], instance: models.Model, **kwargs
     # loaddata saves raw: the compiler never calls pre_save, so an empty
     # sequence column is filled here, from the database being written to.
     if not kwargs.get("raw"):
+        if kwargs.get("update_fields") is not None:
+            _refuse_update_without_key(sender, instance)
         return
     using = kwargs["using"]
     for field in sender._meta.concrete_fields:
@@ -329,10 +364,38 @@ def _fill_raw_saves(sender: type[models.Model], instance: models.Model, **kwargs
             setattr(instance, field.attname, field.take(using)[0])
 
 
+def _refuse_update_without_key(sender: type[models.Model], instance: models.Model) -> None:
+    # A key taken on insert counts as a default, which makes Django insert
+    # a new instance straight away, update_fields or not; AutoField refuses.
+    pk = sender._meta.pk
+    if isinstance(pk, SequenceField):
+        value = getattr(instance, pk.attname)
+        if value is None or type(value) is _Unfilled:
+            raise ValueError("Cannot force an update in save() with no primary key.")
+
+
 def sequence_fields(model: type[models.Model]) -> list[SequenceField]:
     """The concrete ``SequenceField`` columns of ``model``."""
     return [f for f in model._meta.concrete_fields if isinstance(f, SequenceField)]
 
+
+# django-stubs types AutoFieldMixin.formfield as returning None and its
+# contribute_to_class without private_only; SequenceField's are Field's own.
+class SequenceAutoField(SequenceField, _BigAutoField):  # type: ignore[misc]
+    """A ``BigAutoField`` whose values come from a sequence (by default named after the table).
+
+    For ``DEFAULT_AUTO_FIELD`` and ``AppConfig.default_auto_field``: every
+    model without an explicit key gets one. The column is ``BigAutoField``'s
+    (the database's own counter stays as a fallback for raw SQL), so moving
+    a project from ``BigAutoField`` is an ``AlterField`` that changes no
+    column type; the sequence row is created past ``max()`` of the keys
+    already there. Takes the same sequence arguments as ``SequenceField``.
+    """
+
+    description = "Big integer key taken from a named sequence in sys_sequence"
+    _key_editable = True
+    # The key is known before the INSERT: no RETURNING needed.
+    db_returning = False
 
 # snowflake ids live in their own module; importable from here too
 from autoseq_django.snowflake_fields import SnowflakeAutoField as SnowflakeAutoField  # noqa: E402

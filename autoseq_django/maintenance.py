@@ -190,14 +190,16 @@ def sync(
         if not _has_table(database, model):
             continue
         for field in sequence_fields(model):
-            if wanted is None or field.sequence_name in wanted:
-                by_name.setdefault(field.sequence_name, []).append(field)
+            by_name.setdefault(field.sequence_name, []).append(field)
     if wanted:
         missing = sorted(wanted - set(by_name))
         if missing:
+            used = ", ".join(sorted(by_name)) or "none"
             raise SequenceNotFound(
-                missing[0], f"no model in database {database!r} uses it (known: {sorted(by_name)})"
+                missing[0],
+                f"no model in database {database!r} uses it; sequences used there: {used}",
             )
+        by_name = {name: fields for name, fields in by_name.items() if name in wanted}
     sequence_alias = sequences.sequence_database(database)
     results = []
     for name, fields in sorted(by_name.items()):
@@ -207,4 +209,85 @@ def sync(
         old, new = advance_past(sequence_alias, fields[0].sequence_config, top)
         labels = tuple(f"{f.model._meta.label}.{f.name}" for f in fields)
         results.append(SyncResult(name, labels, top, old, new))
+    return results
+
+
+def drift(field: SequenceField, row: SequenceConfig) -> dict[str, Any]:
+    """What ``row`` needs to match ``field``'s settings: ``maintenance.change`` arguments.
+
+    ``start`` is fixed once a row exists; a field asking for a later start
+    moves ``current`` up to it (forward only). Empty when they agree.
+    """
+    wanted = field.sequence_config
+    changes: dict[str, Any] = {
+        key: getattr(wanted, key)
+        for key in ("end", "step", "batch", "batch_count", "cycle")
+        if getattr(wanted, key) != getattr(row, key)
+    }
+    if wanted.start > row.next_value:
+        grid = SequenceConfig(**(row.as_row() | changes | {"current": None}))
+        changes["current"] = core.first_value_from(grid, wanted.start)
+    return changes
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    """What ``apply`` did to one sequence: ``{setting: (stored, now)}``."""
+
+    name: str
+    columns: tuple[str, ...]
+    changed: dict[str, tuple[Any, Any]]
+    #: False when no row is stored yet (the field creates it on first use).
+    stored: bool = True
+
+
+def apply(
+    database: str, *, names: Iterable[str] | None = None, apps: Any = None
+) -> list[ApplyResult]:
+    """Write the settings of the fields used in ``database`` to their stored rows.
+
+    A field's ``end``, ``step``, ``batch``, ``batch_count``, ``cycle`` and a
+    later ``start`` are applied with :func:`change` (forward only, never at
+    or below a column's ``max()``). Rows not created yet are left to be
+    created from the fields on first use.
+    """
+    wanted = set(names) if names is not None else None
+    registry = apps or global_apps
+    by_name: dict[str, list[SequenceField]] = {}
+    for model in registry.get_models():
+        if model._meta.proxy or not router.allow_migrate_model(database, model):
+            continue
+        for field in sequence_fields(model):
+            by_name.setdefault(field.sequence_name, []).append(field)
+    if wanted:
+        missing = sorted(wanted - set(by_name))
+        if missing:
+            used = ", ".join(sorted(by_name)) or "none"
+            raise SequenceNotFound(
+                missing[0],
+                f"no model in database {database!r} uses it; sequences used there: {used}",
+            )
+    sequence_alias = sequences.sequence_database(database)
+    store = sequences.store(sequence_alias)
+    results = []
+    for name, fields in sorted(by_name.items()):
+        if wanted is not None and name not in wanted:
+            continue
+        row = store.read(name)
+        labels = tuple(f"{f.model._meta.label}.{f.name}" for f in fields)
+        if row is None:
+            results.append(ApplyResult(name, labels, {}, stored=False))
+            continue
+        changes = drift(fields[0], row)
+        if changes:
+            after = change(sequence_alias, name, changes)
+            before_row, after_row = row.as_row(), after.as_row()
+            changed = {
+                key: (before_row[key], after_row[key])
+                for key in changes
+                if before_row[key] != after_row[key]
+            }
+        else:
+            changed = {}
+        results.append(ApplyResult(name, labels, changed))
     return results

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.db import models
 
 from autoseq_django import conf
@@ -16,6 +17,30 @@ def is_sqlite_companion(alias: str) -> bool:
     return "sqlite" in str(database.get("ENGINE", "")) and str(database.get("NAME", "")).endswith(
         ".autoseq"
     )
+
+
+def _configured_database() -> str | None:
+    """``AUTOSEQ["DATABASE"]``, or None while the setting is malformed.
+
+    Django asks routers during its own system checks: raising here would
+    turn check autoseq.E008, which names the typo, into a traceback.
+    """
+    try:
+        return conf.get().database
+    except ImproperlyConfigured:
+        return None
+
+
+def _main_of_companion(alias: str) -> str | None:
+    """The alias whose SQLite file ``alias`` is the companion of (``TEST["MIRROR"]``)."""
+    if not is_sqlite_companion(alias):
+        return None
+    database = settings.DATABASES[alias]
+    mirror = (database.get("TEST") or {}).get("MIRROR")
+    main = settings.DATABASES.get(mirror) if isinstance(mirror, str) else None
+    if main is None or f"{main.get('NAME')}.autoseq" != str(database.get("NAME")):
+        return None
+    return str(mirror)
 
 
 class SequenceRouter:
@@ -30,10 +55,15 @@ class SequenceRouter:
     def _target(self, model: type[models.Model]) -> str | None:
         if model._meta.app_label != "autoseq":
             return None
-        return conf.get().database
+        return _configured_database()
 
     def db_for_read(self, model: type[models.Model], **hints: Any) -> str | None:
-        return self._target(model)
+        target = self._target(model)
+        # A companion alias from sqlite_companion(): its main database's
+        # connection attaches the file read-only, so reads go there. Tests
+        # then need no access to the companion alias (which Django would
+        # refuse, or lock at teardown when listed).
+        return (_main_of_companion(target) or target) if target else None
 
     def db_for_write(self, model: type[models.Model], **hints: Any) -> str | None:
         return self._target(model)
@@ -43,6 +73,6 @@ class SequenceRouter:
     ) -> bool | None:
         if is_sqlite_companion(db):
             return app_label == "autoseq"
-        if app_label == "autoseq" and db == conf.get().database:
+        if app_label == "autoseq" and db == _configured_database():
             return True
         return None

@@ -210,6 +210,12 @@ def _columns_floor(name: str, sequence_alias: str) -> int | None:
 def forget(alias: str, name: str) -> None:
     """Drop this process's buffered values of ``name`` (after ``current`` was moved)."""
     registry(alias).discard(name)
+    from autoseq_django.maintenance import users
+
+    for field in users(name):
+        # A forced move back makes values below the old ``current`` new
+        # again: keys written there must be noted (see autoseq_django.catchup).
+        field._known.clear()
 
 
 def disconnect_servers() -> None:

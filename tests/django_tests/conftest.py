@@ -33,6 +33,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "autoseq_all_databases: let a backend test query every database"
     )
+    config.addinivalue_line(
+        "markers", "autoseq_reset_sequences: a TransactionTestCase with reset_sequences=True"
+    )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -44,14 +47,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         backend = callspec.params.get("backend")
         if backend is None or backend not in settings.DATABASES:
             continue
-        transaction = item.get_closest_marker("autoseq_transaction") is not None
+        reset = item.get_closest_marker("autoseq_reset_sequences") is not None
+        transaction = reset or item.get_closest_marker("autoseq_transaction") is not None
         # "default" (SQLite in memory) too: admin and auth tables live there;
         # "sqlite" needs its companion set up first.
         databases: Any = sorted({backend, "default", *COMPANIONS.get(backend, ())})
         if item.get_closest_marker("autoseq_all_databases") is not None:
             databases = "__all__"
         item.add_marker(
-            pytest.mark.django_db(databases=databases, transaction=transaction), append=False
+            pytest.mark.django_db(
+                databases=databases, transaction=transaction, reset_sequences=reset
+            ),
+            append=False,
         )
 
 
@@ -83,8 +90,12 @@ def fresh_registries() -> Iterator[None]:
 def reservations() -> Iterator[object]:
     """Reservations made during the test, by sequence name."""
     from autoseq import signals
+    from autoseq_django import catchup
     from django_tests.helpers import Reservations
 
+    # Keys an earlier test loaded (its transaction rolled back) are still
+    # noted; applying them here keeps their reservations out of the count.
+    catchup.flush()
     counter = Reservations()
     signals.block_reserved.connect(counter)
     yield counter

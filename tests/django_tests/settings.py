@@ -35,6 +35,7 @@ INSTALLED_APPS = [
     "autoseq_django",
     "django_tests.testapp",
     "django_tests.legacy",
+    "django_tests.switch",
 ]
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",

@@ -1,10 +1,11 @@
-"""``manage.py autoseq list | create | set | sync | doctor``: the sequences of a database."""
+"""``manage.py autoseq list | create | set | sync | apply | doctor``: the sequences of a database."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DEFAULT_DB_ALIAS
 
@@ -70,8 +71,21 @@ class Command(BaseCommand):
             "--warn-days", type=float, default=30.0, help="warn when end is nearer (days)"
         )
 
+        apply = action(
+            "apply",
+            "Write the fields' settings (end, step, batch, batch_count, cycle, a later start) "
+            "to their stored rows: check autoseq.W002 names the rows that differ.",
+        )
+        apply.add_argument("names", nargs="*", metavar="NAME", help="only these sequences")
+
     def handle(self, *args: Any, **options: Any) -> None:
         database = options["database"]
+        if database not in settings.DATABASES:
+            raise CommandError(
+                f"unknown database {database!r}; DATABASES has "
+                f"{', '.join(map(repr, settings.DATABASES))}",
+                returncode=2,
+            )
         try:
             sequence_alias = sequences.sequence_database(database)
             getattr(self, f"_{options['action']}")(sequence_alias, **options)
@@ -155,6 +169,20 @@ class Command(BaseCommand):
         self.stdout.write(report.to_json() if options["json"] else report.to_text())
         if report.exit_code(strict=options["strict"]):
             raise CommandError(f"autoseq doctor: status {report.status}", returncode=1)
+
+    def _apply(self, sequence_alias: str, **options: Any) -> None:
+        results = maintenance.apply(options["database"], names=options["names"] or None)
+        for result in results:
+            if not result.stored:
+                self.stdout.write(f"{result.name!r}: no row yet; the field creates it on first use")
+            elif not result.changed:
+                self.stdout.write(f"{result.name!r}: already as the fields say")
+                continue
+            changed = ", ".join(
+                f"{'current' if key == 'current' else key} {old} -> {new}"
+                for key, (old, new) in result.changed.items()
+            )
+            self.stdout.write(f"{result.name!r} ({', '.join(result.columns)}): {changed}")
 
 
 def _values_left(row: SequenceConfig) -> int:

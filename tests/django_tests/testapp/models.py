@@ -40,3 +40,17 @@ class Parcel(models.Model):
     """A key with no sequence arguments: everything from AUTOSEQ["DEFAULTS"]."""
 
     id = SequenceField(primary_key=True)
+
+
+class OrderItem(models.Model):
+    """Rows edited inline under their Order in the admin; a sequence key of their own."""
+
+    id = SequenceField(primary_key=True)
+    order = models.ForeignKey(Order, on_delete=models.CASCADE, related_name="items")
+    sku = models.CharField(max_length=20)
+
+
+class Coupon(models.Model):
+    """A key sequence that ends early: keys past its end are somebody else's range."""
+
+    id = SequenceField(primary_key=True, end=10**6)

@@ -1,0 +1,192 @@
+"""Keeping sequences ahead of keys they did not hand out.
+
+Keys written with their own values (``loaddata``, a bulk load with
+explicit keys, ``Order(id=5000).save()``) and rows a migration converts
+from ``AutoField`` would otherwise meet the sequence later, as an
+``IntegrityError`` on some insert. So:
+
+* A unique sequence column remembers, per database, the largest value it
+  knows to be safe: every value it was handed, and below ``current`` after
+  a catch-up. Writing a value above that (one comparison per row, no I/O)
+  notes it; the noted maximum is applied once, when the writing
+  transaction commits (in autocommit: at once), or before the same thread
+  takes its next value of that sequence, whichever comes first. Applying
+  it is two reads of the row and, when behind, one compare-and-set through
+  :mod:`autoseq.maintenance`; values this process holds in memory up to
+  the loaded key are skipped. A loaddata of 10,000 rows costs one catch-up.
+* After ``migrate``, a sequence whose field a migration added or altered
+  (the switch from ``BigAutoField``, say) moves past ``max()`` of its columns.
+
+Values that another process already holds in memory are its own: restart
+workers after loading keys past ``current`` (see ``manage.py autoseq sync``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING, Any
+
+from django.db import connections, transaction
+
+from autoseq import SequenceNotFound
+from autoseq import maintenance as core
+
+if TYPE_CHECKING:
+    from autoseq_django.fields import SequenceField
+
+logger = logging.getLogger("autoseq_django")
+
+# Per thread: a value is noted by the thread whose transaction writes it,
+# and applied when that transaction commits or that thread takes its next
+# value. Another thread applying half of a statement's keys (the first rows
+# compiled so far) would move the sequence into the rest of them.
+_local = threading.local()
+
+#: The pending values of a thread, by (write alias, id(field)).
+_Pending = dict[tuple[str, int], tuple["SequenceField", str, int]]
+
+
+def _pending() -> _Pending:
+    found: _Pending | None = getattr(_local, "pending", None)
+    if found is None:
+        found = _local.pending = {}
+    return found
+
+
+def note(field: SequenceField, alias: str, value: int) -> None:
+    """Remember that ``value`` was written to ``field``'s column in database ``alias``."""
+    if not _keep(field, alias, value):
+        return
+    connection = connections[alias]
+    if not connection.in_atomic_block:
+        flush()  # autocommit: the statement is its own transaction
+    elif not any(entry[1] is _flush_on_commit for entry in connection.run_on_commit):
+        transaction.on_commit(_flush_on_commit, using=alias)
+
+
+def _keep(field: SequenceField, alias: str, value: int) -> bool:
+    pending_values = _pending()
+    key = (alias, id(field))
+    found = pending_values.get(key)
+    if found is not None and found[2] >= value:
+        return False
+    pending_values[key] = (field, alias, value)
+    return True
+
+
+def pending() -> bool:
+    """True when this thread noted a value still to apply (checked before each take)."""
+    return bool(getattr(_local, "pending", None))
+
+
+def flush(sequence: str | None = None) -> None:
+    """Move sequences past the values this thread noted, skipping buffered ones.
+
+    ``sequence``: only that sequence's values. A take flushes its own only:
+    an INSERT compiles row by row, and another column's take in the middle
+    of it must not apply the keys of the rows compiled so far alone.
+    """
+    from autoseq_django import sequences
+
+    pending_values = _pending()
+    keys = [
+        key
+        for key, (field, _, _) in pending_values.items()
+        if sequence is None or field.sequence_name == sequence
+    ]
+    items = [pending_values.pop(key) for key in keys]
+    for done, (field, alias, value) in enumerate(items):
+        try:
+            _catch_up(sequences, field, alias, value)
+        except BaseException:
+            for rest in items[done:]:  # the next take or commit tries again
+                _keep(*rest)
+            raise
+
+
+def _catch_up(sequences: Any, field: SequenceField, alias: str, value: int) -> None:
+    config = field.sequence_config
+    if config.cycle:
+        return  # values repeat by design; nothing to stay ahead of
+    try:
+        lock = sequences.lock(config, alias)  # a missing row starts past every column
+    except SequenceNotFound:
+        return  # AUTO_CREATE off and no row: nothing hands these values out
+    sequence_alias = sequences.sequence_database(alias)
+    registry = sequences.registry(sequence_alias)
+    row = registry.store.read(config.name)
+    if row is None:
+        return
+    if value < row.start or value > row.last_value:
+        return  # outside what the sequence can ever hand out: no collision to prevent
+    row = core.sync(registry.store, config.name, value)
+    # The buffer would serve the value again: take what it holds up to there,
+    # one value at a time, so nothing new is reserved for it. Not discard():
+    # other threads may be taking values from this very lock.
+    held = lock.peek()
+    while held is not None and held <= value:
+        lock.next()
+        held = lock.peek()
+    safe = (held if held is not None else row.next_value) - 1
+    field._known[alias] = max(field._known.get(alias, safe), safe)
+
+
+def _flush_on_commit() -> None:
+    try:
+        flush()
+    except Exception as exc:  # noqa: BLE001 - the caller's rows are committed already
+        # flush() kept the values: the next take in this process tries again.
+        logger.warning("autoseq: could not move a sequence past loaded keys yet: %s", exc)
+
+
+def after_migrate(using: str, apps: Any = None, plan: Any = None, **kwargs: Any) -> None:
+    """``post_migrate``: sequences of fields a migration added or altered move past max()."""
+    from django.core.exceptions import FieldDoesNotExist
+    from django.db import router
+    from django.db.migrations.operations import AddField, AlterField
+
+    from autoseq_django.fields import SequenceField
+    from autoseq_django.maintenance import _has_table, sync
+    from autoseq_django.sqlite import attach_companion
+    from autoseq_django.testing import install_when_testing
+
+    # Outside the migrations' transaction now: SQLite can ATTACH the file
+    # that migration 0001 created, so this connection sees its rows too.
+    attach_companion(connections[using])
+    install_when_testing()  # test databases are being set up
+    if not plan or apps is None:
+        return
+    names: set[str] = set()
+    for migration, backwards in plan:
+        if backwards:
+            continue
+        for operation in migration.operations:
+            if not isinstance(operation, AddField | AlterField):
+                continue
+            if not isinstance(operation.field, SequenceField):
+                continue
+            try:
+                model = apps.get_model(migration.app_label, operation.model_name)
+                field = model._meta.get_field(operation.name)
+            except (LookupError, FieldDoesNotExist):
+                continue  # removed by a later migration
+            if isinstance(field, SequenceField):
+                names.add(field.sequence_name)
+    if names:
+        here = {
+            f.sequence_name
+            for model in apps.get_models()
+            if router.allow_migrate_model(using, model) and _has_table(using, model)
+            for f in model._meta.concrete_fields
+            if isinstance(f, SequenceField)
+        }
+        if names & here:
+            sync(using, names=sorted(names & here), apps=apps)
+
+
+def forget(alias: str) -> None:
+    """Drop what this thread noted for database ``alias`` (its sequences were reset)."""
+    pending_values = _pending()
+    for key in [key for key in pending_values if key[0] == alias]:
+        del pending_values[key]

@@ -1,0 +1,74 @@
+"""SQLite: Django's connections see the companion file's ``sys_sequence``, read-only.
+
+The sequences of ``db.sqlite3`` live in ``db.sqlite3.autoseq`` (one writer
+per file: a reservation must never wait for the caller's transaction). So
+that ``SysSequence`` queries and the admin show them with no extra
+settings, every Django connection to a SQLite file attaches the companion
+read-only (``ATTACH ... ?mode=ro``) and ``db.sqlite3`` keeps no
+``sys_sequence`` of its own: the unqualified name then resolves to the
+companion's table. Read-only matters: ``BEGIN IMMEDIATE`` takes a write
+lock on every attached database it may write, and a read-only one never.
+Changes still go through the store (admin, ``manage.py autoseq``).
+"""
+
+from __future__ import annotations
+
+import os
+import urllib.parse
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+
+#: The schema name the companion is attached under.
+SCHEMA = "autoseq"
+
+
+def companion_path(connection: Any) -> str | None:
+    """The companion file of a Django SQLite connection, or None (memory, companion itself)."""
+    from autoseq.stores.sql import SIDECAR_SUFFIX, store_url
+    from autoseq_django import sequences
+
+    if connection.vendor != "sqlite":
+        return None
+    name = connection.settings_dict.get("NAME")
+    if sequences.sqlite_in_memory(name) or str(name).endswith(SIDECAR_SUFFIX):
+        return None
+    try:
+        url, in_memory = store_url(sequences.database_url(connection.alias))
+        holder = sequences.sequence_database(connection.alias)
+        used = store_url(sequences.database_url(holder))[0] if holder != connection.alias else url
+    except ImproperlyConfigured:
+        return None  # checks E008 / E011 say why
+    if in_memory or not url.database or url.get_backend_name() != "sqlite":
+        return None  # AUTOSEQ["URLS"] may send this alias's sequences elsewhere
+    if used.get_backend_name() != "sqlite" or not used.database:
+        return None
+    if os.path.realpath(str(used.database)) != os.path.realpath(str(url.database)):
+        return None  # its sequences live in another database, which the router reads
+    return str(url.database)
+
+
+def attach_companion(connection: Any) -> bool:
+    """Attach the companion of ``connection`` read-only if it exists; True when attached.
+
+    Harmless to call again; does nothing inside a transaction (SQLite
+    refuses ``ATTACH`` there) or before the companion file exists.
+    """
+    path = companion_path(connection)
+    raw = getattr(connection, "connection", None)
+    if path is None or raw is None or not os.path.exists(path) or raw.in_transaction:
+        return False
+    attached = {row[1] for row in raw.execute("PRAGMA database_list")}
+    if SCHEMA in attached:
+        return True
+    if "sys_sequence" in main_tables(raw):
+        return False  # an older main-file table would shadow it; migration 0003 drops it
+    uri = f"file:{urllib.parse.quote(path)}?mode=ro"
+    raw.execute(f"ATTACH DATABASE ? AS {SCHEMA}", (uri,))
+    return True
+
+
+def main_tables(raw: Any) -> set[str]:
+    """Tables of the main database of a raw sqlite3 connection."""
+    rows = raw.execute("SELECT name FROM main.sqlite_master WHERE type = 'table'")
+    return {row[0] for row in rows}

@@ -1,0 +1,22 @@
+"""Written while the app's default_auto_field was BigAutoField."""
+
+from django.db import migrations, models
+
+
+class Migration(migrations.Migration):
+    initial = True
+    dependencies: list[tuple[str, str]] = []
+    operations = [
+        migrations.CreateModel(
+            name="Widget",
+            fields=[
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=40)),
+            ],
+        ),
+    ]

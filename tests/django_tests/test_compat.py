@@ -1,0 +1,91 @@
+"""get_next_value / get_next_values: django-sequences' calls, served from autoseq's blocks."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+
+import pytest
+from django.db import transaction
+
+from autoseq import InvalidSequenceConfig
+from autoseq.errors import InvalidCount
+from autoseq_django import get_next_value, get_next_values
+from django_tests.helpers import stored_current
+
+
+def fresh() -> str:
+    return f"compat_{uuid.uuid4().hex[:10]}"
+
+
+def test_first_values_start_at_initial_value(backend: str) -> None:
+    """A new sequence starts at initial_value (1 by default) and counts up by one."""
+    plain, invoices = fresh(), fresh()
+    assert [get_next_value(plain, using=backend) for _ in range(3)] == [1, 2, 3]
+    assert get_next_value(invoices, 1000, using=backend) == 1000
+    assert get_next_value(invoices, initial_value=1000, using=backend) == 1001
+
+
+def test_values_come_from_the_database_named_by_using(backend: str) -> None:
+    """using= picks the sys_sequence the row lives in, as for fields."""
+    name = fresh()
+    get_next_value(name, using=backend)
+    assert stored_current(backend, name) > 1
+
+
+def test_reset_value_goes_back_to_initial_value(backend: str) -> None:
+    """With reset_value the values run initial_value..reset_value - 1, then start over."""
+    name = fresh()
+    values = [get_next_value(name, 5, 8, using=backend) for _ in range(7)]
+    assert values == [5, 6, 7, 5, 6, 7, 5]
+
+
+def test_reset_value_must_be_above_initial_value(backend: str) -> None:
+    """A reset_value at or below initial_value is refused with both values named."""
+    with pytest.raises(InvalidSequenceConfig, match="reset_value=3 must be an int greater"):
+        get_next_value(fresh(), 3, 3, using=backend)
+
+
+def test_get_next_values_returns_a_batch(backend: str) -> None:
+    """get_next_values(n) returns n increasing values following the single calls."""
+    name = fresh()
+    assert get_next_value(name, using=backend) == 1
+    assert get_next_values(4, name, using=backend) == [2, 3, 4, 5]
+    with pytest.raises(InvalidCount):
+        get_next_values(-1, name, using=backend)
+
+
+def test_rollback_does_not_return_values(backend: str) -> None:
+    """Values taken in a transaction that rolls back are not handed out again."""
+    name = fresh()
+    taken: list[int] = []
+
+    def take_then_fail() -> None:
+        with transaction.atomic(using=backend):
+            taken.append(get_next_value(name, using=backend))
+            raise RuntimeError("rolled back")
+
+    with pytest.raises(RuntimeError):
+        take_then_fail()
+    assert get_next_value(name, using=backend) > taken[0]
+
+
+def test_threads_never_share_a_value(backend: str) -> None:
+    """Eight threads taking 300 values each get 2,400 distinct values."""
+    name = fresh()
+    results: list[list[int]] = [[] for _ in range(8)]
+
+    def work(out: list[int]) -> None:
+        for i in range(300):
+            if i % 50 == 0:
+                out.extend(get_next_values(5, name, using=backend))
+            else:
+                out.append(get_next_value(name, using=backend))
+
+    threads = [threading.Thread(target=work, args=(out,)) for out in results]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    values = [v for out in results for v in out]
+    assert len(values) == len(set(values)) == 8 * (294 + 6 * 5)
