@@ -500,6 +500,8 @@ def _check_worker_leases(store: SequenceStore, report: Report) -> None:
         leases = worker_leases(store).list_workers()
     except InvalidSnowflakeConfig:
         return  # a store of another kind cannot hold leases
+    except StoreUnavailable:
+        return  # reported once, by the sequence checks below
     now = time.time_ns() // 1_000_000
     for name in sorted({lease.name for lease in leases}):
         rows = [lease for lease in leases if lease.name == name]
