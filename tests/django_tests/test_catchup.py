@@ -177,7 +177,9 @@ def test_keys_below_a_forced_move_back_are_noted(backend: str) -> None:
     from django.core.management import call_command
 
     first = Invoice.objects.using(backend).create().pk
-    call_command("autoseq", "set", "testapp_invoice", str(first + 1000), "--database", backend)
+    call_command(
+        "autoseq", "set", "testapp_invoice", str(first + 10_000_000), "--database", backend
+    )
 
     def take_then_roll_back() -> None:
         with transaction.atomic(using=backend):

@@ -1,4 +1,4 @@
-"""``manage.py autoseq list | create | set | sync | apply | doctor``: the sequences of a database."""
+"""``manage.py autoseq list | create | set | sync | apply | doctor``: a database's sequences."""
 
 from __future__ import annotations
 
