@@ -397,6 +397,7 @@ class SequenceAutoField(SequenceField, _BigAutoField):  # type: ignore[misc]
     # The key is known before the INSERT: no RETURNING needed.
     db_returning = False
 
+
 # snowflake ids live in their own module; importable from here too
 from autoseq_django.snowflake_fields import SnowflakeAutoField as SnowflakeAutoField  # noqa: E402
 from autoseq_django.snowflake_fields import SnowflakeField as SnowflakeField  # noqa: E402
