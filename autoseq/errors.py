@@ -75,3 +75,12 @@ class StoreUnavailable(AutoseqError):
 
 class ReservationConflict(StoreUnavailable):
     """Too many concurrent reservations collided; the retry bound was exceeded."""
+
+
+class GaplessUnavailable(AutoseqError):
+    """Gapless numbering was asked where no transaction can hold the number back.
+
+    Gapless values are taken in the caller's own transaction, so a rollback
+    gives them back; where there is no such transaction (Redis, autocommit,
+    no connection given) the value would be lost, leaving a gap.
+    """

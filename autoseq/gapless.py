@@ -1,0 +1,215 @@
+"""Gapless numbering: each value taken in the caller's transaction, as django-sequences does.
+
+The ``sys_sequence`` row is updated on the caller's own connection, so the
+row stays locked until the caller commits or rolls back: a rollback gives
+the value back and committed values are consecutive. The price is that
+writers of one sequence serialize on its row until they end their
+transactions, which is why callers should take the value as late as they
+can (the ORM integrations take it at insert).
+
+PostgreSQL and SQLite take the values in one ``UPDATE ... RETURNING``;
+MariaDB/MySQL (and any row the one statement cannot prove ordinary: a
+cycle, the end of the range, a missing row) lock it with ``SELECT ... FOR
+UPDATE`` and update it by version. On PostgreSQL and MariaDB the row is the
+store's own table; on SQLite, whose store keeps its table in a companion
+file, gapless rows live in a ``sys_sequence`` table of the application's
+database, so that one commit covers the row and the value.
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+from collections.abc import Iterable
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError, OperationalError
+
+from autoseq.config import SequenceConfig
+from autoseq.errors import (
+    GaplessUnavailable,
+    ReservationConflict,
+    SequenceExhausted,
+    SequenceNotFound,
+    StoreUnavailable,
+)
+from autoseq.stores.base import check_count, plan_reservation
+from autoseq.stores.sql import SQLStore, _now, _one_statement_reservation, sequence_table
+
+_statements: dict[tuple[sa.Table, str], Any] = {}
+_sqlite_tables: weakref.WeakKeyDictionary[SQLStore, sa.Table] = weakref.WeakKeyDictionary()
+
+
+def check_store(store: object, name: str) -> SQLStore:
+    """Return ``store`` if gapless numbering can run on it, else raise ``GaplessUnavailable``."""
+    if isinstance(store, SQLStore):
+        if store.dialect == "sqlite":
+            _sqlite_table(store)
+        return store
+    raise GaplessUnavailable(
+        f"sequence {name!r}: gapless=True needs a SQLStore, got {type(store).__name__}: "
+        "a gapless value is taken in the caller's SQL transaction so a rollback gives it "
+        "back, and this store has no such transaction; use gapless=False (blocks, gaps "
+        "possible) or a SQL database"
+    )
+
+
+def connection_of(target: Any, name: str) -> Connection:
+    """The SQLAlchemy ``Connection`` of ``target`` (a Connection or an ORM Session)."""
+    if isinstance(target, Connection):
+        connection = target
+    elif target is not None and callable(getattr(target, "connection", None)):
+        connection = target.connection()  # a Session: its transaction's connection
+    else:
+        raise GaplessUnavailable(
+            f"sequence {name!r} is gapless: pass the caller's transaction, "
+            "next(connection=session) or next(connection=conn) inside `with engine.begin()`; "
+            f"got {target!r}"
+        )
+    if connection._is_autocommit_isolation():
+        raise GaplessUnavailable(
+            f"sequence {name!r} is gapless but the connection is in AUTOCOMMIT: the value "
+            "would be committed alone and lost on a later failure; use a transaction"
+        )
+    return connection
+
+
+def _same_database(store: SQLStore, connection: Connection) -> bool:
+    mine, theirs = store.app_url, connection.engine.url
+    if mine.get_backend_name() != theirs.get_backend_name():
+        return False
+    if mine.get_backend_name() == "sqlite":
+        return _real(mine.database) == _real(theirs.database)
+    return (mine.host, mine.port, mine.database) == (theirs.host, theirs.port, theirs.database)
+
+
+def _real(database: str | None) -> str:
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return database or ""
+    return os.path.realpath(database)
+
+
+def _sqlite_table(store: SQLStore) -> sa.Table:
+    """The gapless ``sys_sequence`` table in the application's SQLite file, made if missing."""
+    table = _sqlite_tables.get(store)
+    if table is None:
+        table = sequence_table(store.table_name)
+        engine = sa.create_engine(store.app_url, connect_args={"timeout": 30})
+        try:
+            table.create(engine, checkfirst=True)
+        except OperationalError as exc:
+            if "already exists" not in str(exc):
+                raise store._translate(exc, "creating the gapless sequence table", None) from exc
+        finally:
+            engine.dispose()
+        _sqlite_tables[store] = table
+    return table
+
+
+def take(target: Any, store: SQLStore, config: SequenceConfig, count: int = 1) -> list[int]:
+    """``count`` consecutive values of ``config``'s row, in ``target``'s transaction.
+
+    The row is created if missing (on SQLite in the caller's transaction,
+    elsewhere committed on the store's own connection, which no caller's
+    rollback can undo), then locked until the caller's transaction ends.
+    """
+    check_count(count, "take")
+    connection = connection_of(target, config.name)
+    if not _same_database(store, connection):
+        raise GaplessUnavailable(
+            f"sequence {config.name!r} is gapless: the connection is to "
+            f"{connection.engine.url.render_as_string(hide_password=True)} but the store "
+            f"keeps its rows in {store.app_url.render_as_string(hide_password=True)}; "
+            "use one database for both"
+        )
+    sqlite = connection.dialect.name == "sqlite"
+    if sqlite:
+        table = _sqlite_table(store)
+    else:
+        store._ensure_table()
+        table = store.table
+    try:
+        for _attempt in range(3):
+            values = _update_returning(connection, table, config.name, count)
+            if values is None:
+                values = _update_locked(connection, table, config, count, store, sqlite)
+            if values is not None:
+                return values
+    except DBAPIError as exc:
+        raise StoreUnavailable(
+            f"taking a gapless value of {config.name!r} failed: {type(exc).__name__}: "
+            f"{str(exc.orig).strip().splitlines()[0] if exc.orig else exc}; roll the "
+            "transaction back and retry it",
+            name=config.name,
+        ) from exc
+    raise ReservationConflict(
+        f"sequence {config.name!r}: the gapless row kept changing under its lock; is the "
+        "isolation level one this database supports for gapless numbering "
+        "(see docs/serials.md)?",
+        name=config.name,
+    )
+
+
+def _update_returning(
+    connection: Connection, table: sa.Table, name: str, count: int
+) -> list[int] | None:
+    key = (table, connection.dialect.name)
+    if key not in _statements:
+        _statements[key] = _one_statement_reservation(table, connection.engine)
+    statement = _statements[key]
+    if statement is None:
+        return None
+    params = {"seq_name": name, "count": count, "span": count - 1, "now": _now()}
+    row = connection.execute(statement, params).mappings().first()
+    if row is None:
+        return None
+    stored = SequenceConfig.from_row(row)
+    step, after = stored.step, stored.next_value
+    return list(range(after - count * step, after, step))
+
+
+def _update_locked(
+    connection: Connection,
+    table: sa.Table,
+    config: SequenceConfig,
+    count: int,
+    store: SQLStore,
+    sqlite: bool,
+) -> list[int] | None:
+    t = table
+    select = sa.select(t).where(t.c.name == config.name).with_for_update()
+    row = connection.execute(select).mappings().first()
+    if row is None:
+        if sqlite:
+            values = config.as_row() | {"updated_at": _now(), "version": 0}
+            connection.execute(sa.insert(t).prefix_with("OR IGNORE").values(values))
+        else:
+            store.create(config)  # committed on the store's own connection, race-safe
+        row = connection.execute(select).mappings().first()
+        if row is None:
+            raise SequenceNotFound(config.name, "it was deleted while being created")
+    block, new_current = plan_reservation(SequenceConfig.from_row(row), count)
+    if block.count < count:
+        raise SequenceExhausted(config.name, block.last + block.step, block.row.end)
+    result = connection.execute(
+        sa.update(t)
+        .where(t.c.name == config.name, t.c.version == row["version"])
+        .values(current=new_current, updated_at=_now(), version=t.c.version + 1)
+    )
+    if result.rowcount != 1:
+        return None
+    return list(block.values())
+
+
+def lock_order(names: Iterable[str]) -> list[str]:
+    """The order in which one transaction takes several gapless sequences: by name.
+
+    Two transactions that lock the same rows in one order wait for each
+    other instead of deadlocking.
+    """
+    return sorted(set(names))
+
+
+__all__ = ["check_store", "connection_of", "lock_order", "take"]
