@@ -39,6 +39,7 @@ from autoseq.stores.base import check_count, plan_reservation
 from autoseq.stores.sql import SQLStore, _now, _one_statement_reservation, sequence_table
 
 _statements: dict[tuple[sa.Table, str], Any] = {}
+_created: weakref.WeakKeyDictionary[SQLStore, set[str]] = weakref.WeakKeyDictionary()
 _sqlite_tables: weakref.WeakKeyDictionary[SQLStore, sa.Table] = weakref.WeakKeyDictionary()
 
 
@@ -128,13 +129,19 @@ def take(target: Any, store: SQLStore, config: SequenceConfig, count: int = 1) -
     if sqlite:
         table = _sqlite_table(store)
     else:
-        store._ensure_table()
+        # Before the caller's connection touches the table: a locking read
+        # of a missing row takes a gap lock on MariaDB, and the store's own
+        # insert would then wait on the caller's transaction forever.
+        known = _created.setdefault(store, set())
+        if config.name not in known:
+            store.create(config)
+            known.add(config.name)
         table = store.table
     try:
         for _attempt in range(3):
             values = _update_returning(connection, table, config.name, count)
             if values is None:
-                values = _update_locked(connection, table, config, count, store, sqlite)
+                values = _update_locked(connection, table, config, count, sqlite)
             if values is not None:
                 return values
     except DBAPIError as exc:
@@ -175,20 +182,20 @@ def _update_locked(
     table: sa.Table,
     config: SequenceConfig,
     count: int,
-    store: SQLStore,
     sqlite: bool,
 ) -> list[int] | None:
     t = table
     select = sa.select(t).where(t.c.name == config.name).with_for_update()
     row = connection.execute(select).mappings().first()
     if row is None:
-        if sqlite:
-            values = config.as_row() | {"updated_at": _now(), "version": 0}
-            connection.execute(sa.insert(t).prefix_with("OR IGNORE").values(values))
-        else:
-            store.create(config)  # committed on the store's own connection, race-safe
+        if not sqlite:
+            raise SequenceNotFound(
+                config.name, "its row was deleted while in use; roll back and retry"
+            )
+        values = config.as_row() | {"updated_at": _now(), "version": 0}
+        connection.execute(sa.insert(t).prefix_with("OR IGNORE").values(values))
         row = connection.execute(select).mappings().first()
-        if row is None:
+        if row is None:  # pragma: no cover - the insert above is in this transaction
             raise SequenceNotFound(config.name, "it was deleted while being created")
     block, new_current = plan_reservation(SequenceConfig.from_row(row), count)
     if block.count < count:
