@@ -668,3 +668,8 @@ __all__ = [
     "sequence_spec",
     "uninstall",
 ]
+
+# Serial columns (issue 14) live in their own module, re-exported here.
+from autoseq.serial_sqlalchemy import SerialField, serial_column  # noqa: E402
+
+__all__ += ["SerialField", "serial_column"]
