@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import os
 import weakref
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
+from types import SimpleNamespace
 from typing import Any
 
 import sqlalchemy as sa
@@ -109,12 +110,17 @@ def _sqlite_table(store: SQLStore) -> sa.Table:
     return table
 
 
+#: Runs one statement in the caller's transaction: ``(rows as mappings, rowcount)``.
+Run = Callable[[Any, "Mapping[str, Any] | None"], "tuple[list[Mapping[str, Any]], int]"]
+
+
 def take(target: Any, store: SQLStore, config: SequenceConfig, count: int = 1) -> list[int]:
     """``count`` consecutive values of ``config``'s row, in ``target``'s transaction.
 
-    The row is created if missing (on SQLite in the caller's transaction,
-    elsewhere committed on the store's own connection, which no caller's
-    rollback can undo), then locked until the caller's transaction ends.
+    ``target`` is a SQLAlchemy ``Connection`` or ``Session``. The row is
+    created if missing (on SQLite in the caller's transaction, elsewhere
+    committed on the store's own connection, which no caller's rollback can
+    undo), then locked until the caller's transaction ends.
     """
     check_count(count, "take")
     connection = connection_of(target, config.name)
@@ -125,25 +131,16 @@ def take(target: Any, store: SQLStore, config: SequenceConfig, count: int = 1) -
             f"keeps its rows in {store.app_url.render_as_string(hide_password=True)}; "
             "use one database for both"
         )
-    sqlite = connection.dialect.name == "sqlite"
-    if sqlite:
-        table = _sqlite_table(store)
-    else:
-        # Before the caller's connection touches the table: a locking read
-        # of a missing row takes a gap lock on MariaDB, and the store's own
-        # insert would then wait on the caller's transaction forever.
-        known = _created.setdefault(store, set())
-        if config.name not in known:
-            store.create(config)
-            known.add(config.name)
-        table = store.table
+
+    def run(statement: Any, params: Mapping[str, Any] | None) -> tuple[list[Any], int]:
+        result = connection.execute(statement, dict(params or {}))
+        rows = list(result.mappings()) if result.returns_rows else []
+        return rows, result.rowcount
+
+    dialect = connection.dialect.name
+    table = gapless_table(store, dialect)
     try:
-        for _attempt in range(3):
-            values = _update_returning(connection, table, config.name, count)
-            if values is None:
-                values = _update_locked(connection, table, config, count, sqlite)
-            if values is not None:
-                return values
+        return take_with(run, dialect, store, table, config, count)
     except DBAPIError as exc:
         raise StoreUnavailable(
             f"taking a gapless value of {config.name!r} failed: {type(exc).__name__}: "
@@ -151,6 +148,37 @@ def take(target: Any, store: SQLStore, config: SequenceConfig, count: int = 1) -
             "transaction back and retry it",
             name=config.name,
         ) from exc
+
+
+def gapless_table(store: SQLStore, dialect: str) -> sa.Table:
+    """The table gapless rows of ``store`` live in, on a connection of ``dialect``."""
+    return _sqlite_table(store) if dialect == "sqlite" else store.table
+
+
+def take_with(
+    run: Run, dialect: str, store: SQLStore, table: sa.Table, config: SequenceConfig, count: int
+) -> list[int]:
+    """The statements of :func:`take`, run by ``run`` in the caller's transaction.
+
+    Shared by the SQLAlchemy path and ``autoseq_django``, which runs the
+    same statements on Django's cursor.
+    """
+    check_count(count, "take")
+    sqlite = dialect == "sqlite"
+    if not sqlite:
+        # Before the caller's connection touches the table: a locking read
+        # of a missing row takes a gap lock on MariaDB, and the store's own
+        # insert would then wait on the caller's transaction forever.
+        known = _created.setdefault(store, set())
+        if config.name not in known:
+            store.create(config)
+            known.add(config.name)
+    for _attempt in range(3):
+        values = _update_returning(run, dialect, table, config.name, count)
+        if values is None:
+            values = _update_locked(run, table, config, count, sqlite)
+        if values is not None:
+            return values
     raise ReservationConflict(
         f"sequence {config.name!r}: the gapless row kept changing under its lock; is the "
         "isolation level one this database supports for gapless numbering "
@@ -160,25 +188,26 @@ def take(target: Any, store: SQLStore, config: SequenceConfig, count: int = 1) -
 
 
 def _update_returning(
-    connection: Connection, table: sa.Table, name: str, count: int
+    run: Run, dialect: str, table: sa.Table, name: str, count: int
 ) -> list[int] | None:
-    key = (table, connection.dialect.name)
+    key = (table, dialect)
     if key not in _statements:
-        _statements[key] = _one_statement_reservation(table, connection.engine)
+        bind: Any = SimpleNamespace(dialect=SimpleNamespace(name=dialect))
+        _statements[key] = _one_statement_reservation(table, bind)
     statement = _statements[key]
     if statement is None:
         return None
     params = {"seq_name": name, "count": count, "span": count - 1, "now": _now()}
-    row = connection.execute(statement, params).mappings().first()
-    if row is None:
+    rows, _count = run(statement, params)
+    if not rows:
         return None
-    stored = SequenceConfig.from_row(row)
+    stored = SequenceConfig.from_row(rows[0])
     step, after = stored.step, stored.next_value
     return list(range(after - count * step, after, step))
 
 
 def _update_locked(
-    connection: Connection,
+    run: Run,
     table: sa.Table,
     config: SequenceConfig,
     count: int,
@@ -186,26 +215,28 @@ def _update_locked(
 ) -> list[int] | None:
     t = table
     select = sa.select(t).where(t.c.name == config.name).with_for_update()
-    row = connection.execute(select).mappings().first()
-    if row is None:
+    rows, _count = run(select, None)
+    if not rows:
         if not sqlite:
             raise SequenceNotFound(
                 config.name, "its row was deleted while in use; roll back and retry"
             )
         values = config.as_row() | {"updated_at": _now(), "version": 0}
-        connection.execute(sa.insert(t).prefix_with("OR IGNORE").values(values))
-        row = connection.execute(select).mappings().first()
-        if row is None:  # pragma: no cover - the insert above is in this transaction
+        run(sa.insert(t).prefix_with("OR IGNORE").values(values), None)
+        rows, _count = run(select, None)
+        if not rows:  # pragma: no cover - the insert above is in this transaction
             raise SequenceNotFound(config.name, "it was deleted while being created")
+    row = rows[0]
     block, new_current = plan_reservation(SequenceConfig.from_row(row), count)
     if block.count < count:
         raise SequenceExhausted(config.name, block.last + block.step, block.row.end)
-    result = connection.execute(
+    _rows, updated = run(
         sa.update(t)
         .where(t.c.name == config.name, t.c.version == row["version"])
-        .values(current=new_current, updated_at=_now(), version=t.c.version + 1)
+        .values(current=new_current, updated_at=_now(), version=t.c.version + 1),
+        None,
     )
-    if result.rowcount != 1:
+    if updated != 1:
         return None
     return list(block.values())
 
@@ -219,4 +250,4 @@ def lock_order(names: Iterable[str]) -> list[str]:
     return sorted(set(names))
 
 
-__all__ = ["check_store", "connection_of", "lock_order", "take"]
+__all__ = ["check_store", "connection_of", "gapless_table", "lock_order", "take", "take_with"]
