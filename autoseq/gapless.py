@@ -104,6 +104,17 @@ def _sqlite_table(store: SQLStore) -> sa.Table:
         except OperationalError as exc:
             if "already exists" not in str(exc):
                 raise store._translate(exc, "creating the gapless sequence table", None) from exc
+        try:
+            # A table Django's migration made for its admin has no version.
+            with engine.begin() as connection:
+                columns = connection.exec_driver_sql(f'PRAGMA table_info("{table.name}")')
+                if "version" not in {column[1] for column in columns}:
+                    connection.exec_driver_sql(
+                        f'ALTER TABLE "{table.name}" ADD COLUMN version BIGINT NOT NULL DEFAULT 0'
+                    )
+        except OperationalError as exc:
+            if "duplicate column" not in str(exc):
+                raise store._translate(exc, "upgrading the gapless sequence table", None) from exc
         finally:
             engine.dispose()
         _sqlite_tables[store] = table

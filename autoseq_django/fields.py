@@ -332,3 +332,7 @@ def _fill_raw_saves(sender: type[models.Model], instance: models.Model, **kwargs
 def sequence_fields(model: type[models.Model]) -> list[SequenceField]:
     """The concrete ``SequenceField`` columns of ``model``."""
     return [f for f in model._meta.concrete_fields if isinstance(f, SequenceField)]
+
+
+# Serial columns (issue 14) live in their own module, re-exported here.
+from autoseq_django.serials import SerialField as SerialField  # noqa: E402

@@ -40,3 +40,21 @@ class Parcel(models.Model):
     """A key with no sequence arguments: everything from AUTOSEQ["DEFAULTS"]."""
 
     id = SequenceField(primary_key=True)
+
+
+# Serials (issue 14) ---------------------------------------------------------------
+from autoseq_django.fields import SerialField  # noqa: E402
+
+
+class Ticket(models.Model):
+    """A daily order-style serial beside a sequence key."""
+
+    id = SequenceField(primary_key=True)
+    number = SerialField("ORD-{date:%Y%m%d}-{n:05d}", period="day", batch_count=5, unique=True)
+
+
+class Receipt(models.Model):
+    """A gapless yearly serial, as invoices need."""
+
+    number = SerialField("RC-{date:%Y}-{n:06d}", period="year", gapless=True, unique=True)
+    amount = models.IntegerField(default=0)
