@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from autoseq_mongoengine.adoption import Adoption, adopt, adopt_sequence
     from autoseq_mongoengine.fields import SequenceField
     from autoseq_mongoengine.registry import sequences
+    from autoseq_mongoengine.serials import SerialField
 
 _LAZY = {
     "Adoption": "autoseq_mongoengine.adoption",
@@ -26,6 +27,7 @@ _LAZY = {
     "adopt_sequence": "autoseq_mongoengine.adoption",
     "SequenceField": "autoseq_mongoengine.fields",
     "sequences": "autoseq_mongoengine.registry",
+    "SerialField": "autoseq_mongoengine.serials",  # issue 14
 }
 
 
@@ -36,4 +38,4 @@ def __getattr__(name: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
-__all__ = ["Adoption", "SequenceField", "adopt", "adopt_sequence", "sequences"]
+__all__ = ["Adoption", "SequenceField", "SerialField", "adopt", "adopt_sequence", "sequences"]
