@@ -40,6 +40,7 @@ from autoseq.stores.base import check_count, plan_reservation
 from autoseq.stores.sql import SQLStore, _now, _one_statement_reservation, sequence_table
 
 _statements: dict[tuple[sa.Table, str], Any] = {}
+_locked: dict[sa.Table, tuple[Any, Any]] = {}
 _created: weakref.WeakKeyDictionary[SQLStore, set[str]] = weakref.WeakKeyDictionary()
 _sqlite_tables: weakref.WeakKeyDictionary[SQLStore, sa.Table] = weakref.WeakKeyDictionary()
 
@@ -217,6 +218,32 @@ def _update_returning(
     return list(range(after - count * step, after, step))
 
 
+def _locked_statements(table: sa.Table) -> tuple[Any, Any]:
+    """``SELECT ... FOR UPDATE`` and the versioned ``UPDATE``, built once per table.
+
+    Built with bound parameters so each is compiled once (SQLAlchemy's cache,
+    or the Django runner's) however many values are taken.
+    """
+    found = _locked.get(table)
+    if found is None:
+        t = table
+        select = sa.select(t).where(t.c.name == sa.bindparam("seq_name")).with_for_update()
+        update = (
+            sa.update(t)
+            .where(
+                t.c.name == sa.bindparam("seq_name"),
+                t.c.version == sa.bindparam("seen_version", type_=sa.BigInteger),
+            )
+            .values(
+                current=sa.bindparam("new_current", type_=sa.BigInteger),
+                updated_at=sa.bindparam("now", type_=t.c.updated_at.type),
+                version=t.c.version + 1,
+            )
+        )
+        found = _locked[table] = (select, update)
+    return found
+
+
 def _update_locked(
     run: Run,
     table: sa.Table,
@@ -224,29 +251,25 @@ def _update_locked(
     count: int,
     sqlite: bool,
 ) -> list[int] | None:
-    t = table
-    select = sa.select(t).where(t.c.name == config.name).with_for_update()
-    rows, _count = run(select, None)
+    select, update = _locked_statements(table)
+    name = {"seq_name": config.name}
+    rows, _count = run(select, name)
     if not rows:
         if not sqlite:
             raise SequenceNotFound(
                 config.name, "its row was deleted while in use; roll back and retry"
             )
         values = config.as_row() | {"updated_at": _now(), "version": 0}
-        run(sa.insert(t).prefix_with("OR IGNORE").values(values), None)
-        rows, _count = run(select, None)
+        run(sa.insert(table).prefix_with("OR IGNORE").values(values), None)
+        rows, _count = run(select, name)
         if not rows:  # pragma: no cover - the insert above is in this transaction
             raise SequenceNotFound(config.name, "it was deleted while being created")
     row = rows[0]
     block, new_current = plan_reservation(SequenceConfig.from_row(row), count)
     if block.count < count:
         raise SequenceExhausted(config.name, block.last + block.step, block.row.end)
-    _rows, updated = run(
-        sa.update(t)
-        .where(t.c.name == config.name, t.c.version == row["version"])
-        .values(current=new_current, updated_at=_now(), version=t.c.version + 1),
-        None,
-    )
+    params = name | {"seen_version": row["version"], "new_current": new_current, "now": _now()}
+    _rows, updated = run(update, params)
     if updated != 1:
         return None
     return list(block.values())

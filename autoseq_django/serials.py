@@ -173,6 +173,9 @@ def take_gapless(serial: Serial, connection: BaseDatabaseWrapper) -> str:
     return serial.format(value, day)
 
 
+_ddl: dict[sa.Table, tuple[Any, Any]] = {}
+
+
 def _sqlite_ready(run: Any, table: sa.Table) -> None:
     """Gapless rows on SQLite live in the database file itself, in ``sys_sequence``.
 
@@ -182,8 +185,14 @@ def _sqlite_ready(run: Any, table: sa.Table) -> None:
     """
     import sqlalchemy as sa
 
-    run(sa.schema.CreateTable(table, if_not_exists=True), None)
-    columns, _count = run(sa.text(f'PRAGMA table_info("{table.name}")'), None)
+    statements = _ddl.get(table)
+    if statements is None:
+        statements = _ddl[table] = (
+            sa.schema.CreateTable(table, if_not_exists=True),
+            sa.text(f'PRAGMA table_info("{table.name}")'),
+        )
+    run(statements[0], None)
+    columns, _count = run(statements[1], None)
     if "version" not in {column["name"] for column in columns}:
         run(
             sa.text(f'ALTER TABLE "{table.name}" ADD COLUMN version BIGINT NOT NULL DEFAULT 0'),
@@ -205,6 +214,8 @@ def _table(store: Any, dialect: str) -> sa.Table:
 
 
 _dialects: dict[str, Any] = {}
+#: Compiled statements by (id, dialect), holding the statement so its id stays its own.
+_compiled: dict[tuple[int, str], tuple[Any, Any]] = {}
 
 
 def _runner(connection: BaseDatabaseWrapper, dialect_name: str) -> Run:
@@ -216,19 +227,22 @@ def _runner(connection: BaseDatabaseWrapper, dialect_name: str) -> Run:
         module = {"postgresql": postgresql, "mysql": mysql, "sqlite": sqlite}[dialect_name]
         dialect = _dialects[dialect_name] = module.dialect(paramstyle="format")
 
-    def run(
-        statement: Any, params: Mapping[str, Any] | None
-    ) -> tuple[list[Mapping[str, Any]], int]:
-        compiled = statement.compile(dialect=dialect)
-        values = compiled.construct_params(dict(params) if params else None)
-        processors = getattr(compiled, "_bind_processors", {})  # DDL has none
+    def run(statement: Any, params: Mapping[str, Any] | None) -> tuple[list[Any], int]:
+        compiled = _compiled.get((id(statement), dialect_name))
+        if compiled is None or compiled[0] is not statement:
+            compiled = (statement, statement.compile(dialect=dialect))
+            if len(_compiled) < 1000:  # statements built per call are not worth keeping
+                _compiled[id(statement), dialect_name] = compiled
+        sql = compiled[1]
+        values = sql.construct_params(dict(params) if params else None)
+        processors = getattr(sql, "_bind_processors", {})  # DDL has none
         args = []
-        for key in getattr(compiled, "positiontup", None) or ():
+        for key in getattr(sql, "positiontup", None) or ():
             value = values[key]
             processor = processors.get(key)
             args.append(processor(value) if processor is not None and value is not None else value)
         with connection.cursor() as cursor:
-            cursor.execute(str(compiled), args)
+            cursor.execute(str(sql), args)
             rows: list[Mapping[str, Any]] = []
             if cursor.description:
                 names = [column[0] for column in cursor.description]
