@@ -188,3 +188,64 @@ def test_bad_declarations_fail_where_the_field_is_declared(
     """Templates and arguments that cannot work raise InvalidSequenceConfig at declaration."""
     with pytest.raises(InvalidSequenceConfig, match=message):
         SerialField(**kwargs)
+
+
+def test_two_gapless_serials_in_one_flush_lock_in_name_order(db_url: str) -> None:
+    """Writers adding two gapless serials in opposite orders never deadlock: locks go by name."""
+    import threading
+    import time
+
+    def slow_clock() -> datetime:
+        time.sleep(0.05)  # widens the window between the two row locks
+        return TODAY
+
+    class Base(DeclarativeBase):
+        pass
+
+    class Alpha(Base):
+        __tablename__ = unique_table("alpha")
+        id: Mapped[int] = SequenceField(primary_key=True)
+        number: Mapped[str] = SerialField("A{n:05d}", sequence="lock-a", gapless=True)
+
+    class Beta(Base):
+        __tablename__ = unique_table("beta")
+        id: Mapped[int] = SequenceField(primary_key=True)
+        number: Mapped[str] = SerialField(
+            "B{date:%Y}{n:05d}", sequence="lock-b", period="year", gapless=True, clock=slow_clock
+        )
+
+    engine = sa.create_engine(db_url, connect_args={"timeout": 30} if "sqlite" in db_url else {})
+    Base.metadata.create_all(engine)
+    store = SQLStore(db_url, table=unique_table("sys"))
+    maker = sessionmaker(engine)
+    install(maker, registry=SequenceRegistry(store))
+    errors: list[BaseException] = []
+
+    def writer(models: tuple[Any, Any]) -> None:
+        try:
+            for _ in range(4):
+                with maker() as session:
+                    session.add_all([models[0](), models[1]()])
+                    session.commit()
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [
+        threading.Thread(target=writer, args=((Beta, Alpha),)),
+        threading.Thread(target=writer, args=((Alpha, Beta),)),
+    ]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert errors == []
+        with engine.connect() as connection:
+            alphas = sorted(connection.execute(sa.select(Alpha.__table__.c.number)).scalars())
+        assert alphas == [f"A{n:05d}" for n in range(1, 9)]
+    finally:
+        uninstall(maker)
+        store.drop_table()
+        store.close()
+        Base.metadata.drop_all(engine)
+        engine.dispose()
