@@ -39,7 +39,7 @@ from autoseq.errors import (
 from autoseq.stores.base import check_count, plan_reservation
 from autoseq.stores.sql import SQLStore, _now, _one_statement_reservation, sequence_table
 
-_statements: dict[tuple[sa.Table, str], Any] = {}
+_statements: dict[tuple[sa.Table, str], tuple[Any, Any]] = {}
 _locked: dict[sa.Table, tuple[Any, Any]] = {}
 _created: weakref.WeakKeyDictionary[SQLStore, set[str]] = weakref.WeakKeyDictionary()
 _sqlite_tables: weakref.WeakKeyDictionary[SQLStore, sa.Table] = weakref.WeakKeyDictionary()
@@ -199,22 +199,62 @@ def take_with(
     )
 
 
+def _guarded_statements(table: sa.Table, dialect: str) -> tuple[Any, Any]:
+    """The one-statement update of an ordinary row, and how to read the result back.
+
+    The ``WHERE`` clause is the store's own one-statement reservation's (a
+    valid, non-cycling row with ``count`` values left), so both paths agree
+    on which rows they may touch. PostgreSQL and SQLite return ``current``
+    and ``step`` from the ``UPDATE``; MariaDB has no ``UPDATE ... RETURNING``,
+    so a locking read of the row this transaction now holds follows it.
+    """
+    key = (table, dialect)
+    found = _statements.get(key)
+    if found is None:
+        bind: Any = SimpleNamespace(dialect=SimpleNamespace(name="postgresql"))
+        model = _one_statement_reservation(table, bind)
+        assert model is not None  # built for any dialect when asked as PostgreSQL
+        c = table.c
+        update = (
+            sa.update(table)
+            .where(model.whereclause)  # type: ignore[arg-type]
+            .values(
+                current=c.current + sa.bindparam("count", type_=sa.BigInteger) * c.step,
+                updated_at=sa.bindparam("now", type_=c.updated_at.type),
+                version=c.version + 1,
+            )
+        )
+        returning = dialect in ("postgresql", "sqlite")
+        if dialect == "sqlite":
+            import sqlite3
+
+            returning = sqlite3.sqlite_version_info >= (3, 35)
+        if returning:
+            found = (update.returning(c.current, c.step), None)
+        else:
+            read = (
+                sa.select(c.current, c.step)
+                .where(c.name == sa.bindparam("seq_name"))
+                .with_for_update()
+            )
+            found = (update, read)
+        _statements[key] = found
+    return found
+
+
 def _update_returning(
     run: Run, dialect: str, table: sa.Table, name: str, count: int
 ) -> list[int] | None:
-    key = (table, dialect)
-    if key not in _statements:
-        bind: Any = SimpleNamespace(dialect=SimpleNamespace(name=dialect))
-        _statements[key] = _one_statement_reservation(table, bind)
-    statement = _statements[key]
-    if statement is None:
-        return None
+    update, read = _guarded_statements(table, dialect)
     params = {"seq_name": name, "count": count, "span": count - 1, "now": _now()}
-    rows, _count = run(statement, params)
+    rows, updated = run(update, params)
+    if read is not None:
+        if updated != 1:
+            return None
+        rows, _count = run(read, {"seq_name": name})
     if not rows:
         return None
-    stored = SequenceConfig.from_row(rows[0])
-    step, after = stored.step, stored.next_value
+    step, after = int(rows[0]["step"]), int(rows[0]["current"])
     return list(range(after - count * step, after, step))
 
 

@@ -279,6 +279,7 @@ class Serial:
 
             gapless_module.check_store(self.store, name)
         self.clock = clock or _utc_now
+        self._configs: dict[date | None, SequenceConfig] = {}
         self._reset_state()
         _serials.add(self)
 
@@ -313,7 +314,12 @@ class Serial:
 
     def row_config(self, day: date | None) -> SequenceConfig:
         """The ``sys_sequence`` row of the period starting on ``day``."""
-        return self.config.replace(name=self._row_name(day))
+        found = self._configs.get(day)
+        if found is None:
+            if len(self._configs) >= 8:  # only the latest periods are asked for again
+                self._configs.clear()
+            found = self._configs[day] = self.config.replace(name=self._row_name(day))
+        return found
 
     def _switch(self, day: date | None) -> SequenceLock:
         """Serve from ``day``'s row from now on; called under the guard."""
