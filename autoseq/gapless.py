@@ -21,14 +21,13 @@ from __future__ import annotations
 import os
 import weakref
 from collections.abc import Callable, Iterable, Mapping
-from types import SimpleNamespace
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from autoseq.config import SequenceConfig
+from autoseq.config import MAX_VALUE, SequenceConfig
 from autoseq.errors import (
     GaplessUnavailable,
     ReservationConflict,
@@ -37,7 +36,7 @@ from autoseq.errors import (
     StoreUnavailable,
 )
 from autoseq.stores.base import check_count, plan_reservation
-from autoseq.stores.sql import SQLStore, _now, _one_statement_reservation, sequence_table
+from autoseq.stores.sql import SQLStore, _now, sequence_table
 
 _statements: dict[tuple[sa.Table, str], tuple[Any, Any]] = {}
 _locked: dict[sa.Table, tuple[Any, Any]] = {}
@@ -202,22 +201,37 @@ def take_with(
 def _guarded_statements(table: sa.Table, dialect: str) -> tuple[Any, Any]:
     """The one-statement update of an ordinary row, and how to read the result back.
 
-    The ``WHERE`` clause is the store's own one-statement reservation's (a
-    valid, non-cycling row with ``count`` values left), so both paths agree
-    on which rows they may touch. PostgreSQL and SQLite return ``current``
-    and ``step`` from the ``UPDATE``; MariaDB has no ``UPDATE ... RETURNING``,
-    so a locking read of the row this transaction now holds follows it.
+    Like the store's one-statement reservation it touches only a row it can
+    prove ordinary (not cycling, ``current`` aligned within ``[start, end]``,
+    ``count`` values left, no sum past 2**63), but with constants written
+    into the SQL: each gapless value is a statement inside someone's
+    transaction, so it is kept as short to parse and plan as it can be.
+    Anything else goes to :func:`_update_locked`. PostgreSQL and SQLite
+    return ``current`` and ``step`` from the ``UPDATE``; MariaDB has no
+    ``UPDATE ... RETURNING``, so a locking read of the row this transaction
+    now holds follows it.
     """
     key = (table, dialect)
     found = _statements.get(key)
     if found is None:
-        bind: Any = SimpleNamespace(dialect=SimpleNamespace(name="postgresql"))
-        model = _one_statement_reservation(table, bind)
-        assert model is not None  # built for any dialect when asked as PostgreSQL
         c = table.c
+        span = sa.bindparam("span", type_=sa.BigInteger)
+        top = sa.literal_column(str(MAX_VALUE), sa.BigInteger) - c.step
+        zero = sa.literal_column("0", sa.BigInteger)
         update = (
             sa.update(table)
-            .where(model.whereclause)  # type: ignore[arg-type]
+            .where(
+                c.name == sa.bindparam("seq_name", type_=c.name.type),
+                c.cycle == sa.false(),
+                c.step >= sa.literal_column("1", sa.BigInteger),
+                c.start >= zero,
+                c.current >= c.start,
+                c.current <= c.end,
+                c.current <= top,
+                (c.current - c.start) % c.step == zero,
+                (c.end - c.current) // c.step >= span,
+                (top - c.current) // c.step >= span,
+            )
             .values(
                 current=c.current + sa.bindparam("count", type_=sa.BigInteger) * c.step,
                 updated_at=sa.bindparam("now", type_=c.updated_at.type),

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, tzinfo
 from typing import TYPE_CHECKING, Any
 
-from django.db import models
+from django.db import OperationalError, models
 
 from autoseq import GaplessUnavailable, SequenceRegistry, Serial
 from autoseq.serial import _Template
@@ -164,12 +164,19 @@ def take_gapless(serial: Serial, connection: BaseDatabaseWrapper) -> str:
     dialect = {"postgresql": "postgresql", "mysql": "mysql", "sqlite": "sqlite"}[connection.vendor]
     table = _table(store, dialect)
     run = _runner(connection, dialect)
-    if dialect == "sqlite":
-        # Every time: a table made in a transaction that was rolled back is gone.
-        _sqlite_ready(run, table)
     day = serial._now()
     config = serial.row_config(day)
-    (value,) = gapless.take_with(run, dialect, store, table, config, 1)
+    try:
+        (value,) = gapless.take_with(run, dialect, store, table, config, 1)
+    except OperationalError as exc:
+        # SQLite only: the table (or its version column) is made on first use,
+        # and again after a rollback undid that; a failed statement leaves
+        # SQLite's transaction as it was, so the take is simply retried.
+        text = str(exc).lower()
+        if dialect != "sqlite" or not ("no such table" in text or "no such column" in text):
+            raise
+        _sqlite_ready(run, table)
+        (value,) = gapless.take_with(run, dialect, store, table, config, 1)
     return serial.format(value, day)
 
 
@@ -214,8 +221,35 @@ def _table(store: Any, dialect: str) -> sa.Table:
 
 
 _dialects: dict[str, Any] = {}
-#: Compiled statements by (id, dialect), holding the statement so its id stays its own.
-_compiled: dict[tuple[int, str], tuple[Any, Any]] = {}
+
+
+class _Prepared:
+    """A statement compiled once for Django's cursor: its SQL and how to order its values."""
+
+    __slots__ = ("defaults", "order", "processors", "sql", "statement")
+
+    def __init__(self, statement: Any, dialect: Any) -> None:
+        compiled = statement.compile(dialect=dialect)
+        self.statement = statement
+        self.sql = str(compiled)
+        self.order: tuple[str, ...] = tuple(getattr(compiled, "positiontup", None) or ())
+        binds = getattr(compiled, "binds", {})  # DDL has none
+        # Literals inside the statement (sa.literal, false()) carry their own values.
+        self.defaults = {key: binds[key].value for key in self.order if key in binds}
+        processors = getattr(compiled, "_bind_processors", {})
+        self.processors = [processors.get(key) for key in self.order]
+
+    def args(self, params: Mapping[str, Any] | None) -> list[Any]:
+        values = {**self.defaults, **params} if params else self.defaults
+        out = []
+        for key, processor in zip(self.order, self.processors, strict=True):
+            value = values[key]
+            out.append(processor(value) if processor is not None and value is not None else value)
+        return out
+
+
+#: Prepared statements by (id, dialect), holding the statement so its id stays its own.
+_compiled: dict[tuple[int, str], _Prepared] = {}
 
 
 def _runner(connection: BaseDatabaseWrapper, dialect_name: str) -> Run:
@@ -228,24 +262,17 @@ def _runner(connection: BaseDatabaseWrapper, dialect_name: str) -> Run:
         dialect = _dialects[dialect_name] = module.dialect(paramstyle="format")
 
     def run(statement: Any, params: Mapping[str, Any] | None) -> tuple[list[Any], int]:
-        compiled = _compiled.get((id(statement), dialect_name))
-        if compiled is None or compiled[0] is not statement:
-            compiled = (statement, statement.compile(dialect=dialect))
+        prepared = _compiled.get((id(statement), dialect_name))
+        if prepared is None or prepared.statement is not statement:
+            prepared = _Prepared(statement, dialect)
             if len(_compiled) < 1000:  # statements built per call are not worth keeping
-                _compiled[id(statement), dialect_name] = compiled
-        sql = compiled[1]
-        values = sql.construct_params(dict(params) if params else None)
-        processors = getattr(sql, "_bind_processors", {})  # DDL has none
-        args = []
-        for key in getattr(sql, "positiontup", None) or ():
-            value = values[key]
-            processor = processors.get(key)
-            args.append(processor(value) if processor is not None and value is not None else value)
+                _compiled[id(statement), dialect_name] = prepared
         with connection.cursor() as cursor:
-            cursor.execute(str(sql), args)
+            cursor.execute(prepared.sql, prepared.args(params))
+            description = cursor.description
             rows: list[Mapping[str, Any]] = []
-            if cursor.description:
-                names = [column[0] for column in cursor.description]
+            if description:
+                names = [column[0] for column in description]
                 rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
             return rows, cursor.rowcount
 
