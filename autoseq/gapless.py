@@ -25,7 +25,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DBAPIError
 
 from autoseq.config import MAX_VALUE, SequenceConfig
 from autoseq.errors import (
@@ -41,14 +41,13 @@ from autoseq.stores.sql import SQLStore, _now, sequence_table
 _statements: dict[tuple[sa.Table, str], tuple[Any, Any]] = {}
 _locked: dict[sa.Table, tuple[Any, Any]] = {}
 _created: weakref.WeakKeyDictionary[SQLStore, set[str]] = weakref.WeakKeyDictionary()
+_ddl: dict[sa.Table, tuple[Any, Any, Any]] = {}
 _sqlite_tables: weakref.WeakKeyDictionary[SQLStore, sa.Table] = weakref.WeakKeyDictionary()
 
 
 def check_store(store: object, name: str) -> SQLStore:
     """Return ``store`` if gapless numbering can run on it, else raise ``GaplessUnavailable``."""
     if isinstance(store, SQLStore):
-        if store.dialect == "sqlite":
-            _sqlite_table(store)
         return store
     raise GaplessUnavailable(
         f"sequence {name!r}: gapless=True needs a SQLStore, got {type(store).__name__}: "
@@ -94,31 +93,38 @@ def _real(database: str | None) -> str:
 
 
 def _sqlite_table(store: SQLStore) -> sa.Table:
-    """The gapless ``sys_sequence`` table in the application's SQLite file, made if missing."""
+    """The gapless ``sys_sequence`` table in the application's SQLite file (same columns)."""
     table = _sqlite_tables.get(store)
     if table is None:
-        table = sequence_table(store.table_name)
-        engine = sa.create_engine(store.app_url, connect_args={"timeout": 30})
-        try:
-            table.create(engine, checkfirst=True)
-        except OperationalError as exc:
-            if "already exists" not in str(exc):
-                raise store._translate(exc, "creating the gapless sequence table", None) from exc
-        try:
-            # A table Django's migration made for its admin has no version.
-            with engine.begin() as connection:
-                columns = connection.exec_driver_sql(f'PRAGMA table_info("{table.name}")')
-                if "version" not in {column[1] for column in columns}:
-                    connection.exec_driver_sql(
-                        f'ALTER TABLE "{table.name}" ADD COLUMN version BIGINT NOT NULL DEFAULT 0'
-                    )
-        except OperationalError as exc:
-            if "duplicate column" not in str(exc):
-                raise store._translate(exc, "upgrading the gapless sequence table", None) from exc
-        finally:
-            engine.dispose()
-        _sqlite_tables[store] = table
+        table = _sqlite_tables[store] = sequence_table(store.table_name)
     return table
+
+
+def _sqlite_ready(run: Run, table: sa.Table) -> None:
+    """Make the gapless table in the caller's SQLite transaction, or add its ``version``.
+
+    In the caller's transaction because it may already hold the file's write
+    lock, which any other connection would wait for. Django's migration made
+    a ``sys_sequence`` for its admin without ``version``; it gets one here.
+    SQLite lets DDL share a transaction, so a rollback undoes this too and
+    the next take does it again.
+    """
+    statements = _ddl.get(table)
+    if statements is None:
+        statements = _ddl[table] = (
+            sa.schema.CreateTable(table, if_not_exists=True),
+            sa.text(f'PRAGMA table_info("{table.name}")'),
+            sa.text(f'ALTER TABLE "{table.name}" ADD COLUMN version BIGINT NOT NULL DEFAULT 0'),
+        )
+    run(statements[0], None)
+    columns, _count = run(statements[1], None)
+    if "version" not in {column["name"] for column in columns}:
+        run(statements[2], None)
+
+
+def _missing_in_sqlite(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return "no such table" in text or "no such column" in text
 
 
 #: Runs one statement in the caller's transaction: ``(rows as mappings, rowcount)``.
@@ -185,7 +191,16 @@ def take_with(
             store.create(config)
             known.add(config.name)
     for _attempt in range(3):
-        values = _update_returning(run, dialect, table, config.name, count)
+        try:
+            values = _update_returning(run, dialect, table, config.name, count)
+        except Exception as exc:
+            # SQLite: the table is made on first use, in the caller's
+            # transaction (see _sqlite_ready); a failed statement leaves
+            # SQLite's transaction as it was, so the take is simply retried.
+            if not (sqlite and _missing_in_sqlite(exc)):
+                raise
+            _sqlite_ready(run, table)
+            values = _update_returning(run, dialect, table, config.name, count)
         if values is None:
             values = _update_locked(run, table, config, count, sqlite)
         if values is not None:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, tzinfo
 from typing import TYPE_CHECKING, Any
 
-from django.db import OperationalError, models
+from django.db import models
 
 from autoseq import GaplessUnavailable, SequenceRegistry, Serial
 from autoseq.serial import _Template
@@ -166,45 +166,8 @@ def take_gapless(serial: Serial, connection: BaseDatabaseWrapper) -> str:
     run = _runner(connection, dialect)
     day = serial._now()
     config = serial.row_config(day)
-    try:
-        (value,) = gapless.take_with(run, dialect, store, table, config, 1)
-    except OperationalError as exc:
-        # SQLite only: the table (or its version column) is made on first use,
-        # and again after a rollback undid that; a failed statement leaves
-        # SQLite's transaction as it was, so the take is simply retried.
-        text = str(exc).lower()
-        if dialect != "sqlite" or not ("no such table" in text or "no such column" in text):
-            raise
-        _sqlite_ready(run, table)
-        (value,) = gapless.take_with(run, dialect, store, table, config, 1)
+    (value,) = gapless.take_with(run, dialect, store, table, config, 1)
     return serial.format(value, day)
-
-
-_ddl: dict[sa.Table, tuple[Any, Any]] = {}
-
-
-def _sqlite_ready(run: Any, table: sa.Table) -> None:
-    """Gapless rows on SQLite live in the database file itself, in ``sys_sequence``.
-
-    Django's migration made that table for the admin without ``version``
-    (the store's own table is in the companion file); it is added here, in
-    the caller's transaction, which SQLite lets DDL share.
-    """
-    import sqlalchemy as sa
-
-    statements = _ddl.get(table)
-    if statements is None:
-        statements = _ddl[table] = (
-            sa.schema.CreateTable(table, if_not_exists=True),
-            sa.text(f'PRAGMA table_info("{table.name}")'),
-        )
-    run(statements[0], None)
-    columns, _count = run(statements[1], None)
-    if "version" not in {column["name"] for column in columns}:
-        run(
-            sa.text(f'ALTER TABLE "{table.name}" ADD COLUMN version BIGINT NOT NULL DEFAULT 0'),
-            None,
-        )
 
 
 def _table(store: Any, dialect: str) -> sa.Table:

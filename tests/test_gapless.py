@@ -157,7 +157,6 @@ def test_six_processes_with_random_rollbacks_commit_exactly_one_to_k(
     numbers = unique_table("numbers")
     data = _numbers_table(numbers)
     data.create(engine)
-    Serial(store, "g", "G{n:06d}", gapless=True)  # creates the gapless table up front
     context = multiprocessing.get_context("fork")
     workers = [
         context.Process(target=_gapless_writer, args=(db_url, store.table_name, numbers, seed, 25))
