@@ -142,6 +142,17 @@ def test_gapless_field_gives_a_rolled_back_number_back(setup: Setup) -> None:
     assert sorted(setup.numbers(setup.invoice)) == [f"INV-2026-{n:06d}" for n in range(1, 9)]
 
 
+def test_first_gapless_take_after_a_write_in_the_same_transaction(setup: Setup) -> None:
+    """A gapless serial first used after the transaction wrote (SQLite: holds the file lock)."""
+    with setup.maker() as session:
+        session.add(setup.order())
+        session.flush()
+        invoice = setup.invoice()
+        session.add(invoice)
+        session.commit()
+        assert invoice.number == "INV-2026-000001"
+
+
 def test_gapless_field_in_autocommit_is_refused(setup: Setup) -> None:
     """A Core insert on an AUTOCOMMIT connection cannot take a gapless number."""
     auto = setup.engine.execution_options(isolation_level="AUTOCOMMIT")
