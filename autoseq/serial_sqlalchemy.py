@@ -14,6 +14,7 @@ connection, several serials in one flush in name order
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, tzinfo
@@ -59,6 +60,8 @@ class SerialSpec:
     gapless: bool = False
     cycle: bool = False
     clock: Callable[[], datetime] | None = None
+    #: A gapless integer sequence column (``SequenceField(gapless=True)``), not a string.
+    integer: bool = False
 
     def __post_init__(self) -> None:
         if self.sequence is not None:
@@ -94,7 +97,7 @@ class SerialSpec:
                 f"column {column.key!r} is not attached to a table, so its serial cannot be "
                 "named after it; pass sequence='name'"
             )
-        return f"{table.name}.{column.key}"
+        return str(table.name) if self.integer else f"{table.name}.{column.key}"
 
 
 def SerialField(
@@ -120,6 +123,21 @@ def SerialField(
         template, sequence, period, tz, start, step, batch_count, gapless, cycle, clock
     )
     return mapped_column(_string(spec), **_column_kwargs(spec, mapped_column_kwargs))
+
+
+def gapless_sequence_field(
+    sequence: str | None = None, *, start: int = 1, step: int = 1, **mapped_column_kwargs: Any
+) -> MappedColumn[Any]:
+    """``SequenceField(gapless=True)``: a ``BigInteger`` taken in the caller's transaction.
+
+    The sequence (default: the table's name) is a row like any other; each
+    value is taken at flush or insert on the session's or statement's own
+    connection, as gapless serials are (:mod:`autoseq.gapless`).
+    """
+    spec = SerialSpec("{n}", sequence, start=start, step=step, gapless=True, integer=True)
+    kwargs = _column_kwargs(spec, mapped_column_kwargs)
+    kwargs["autoincrement"] = False
+    return mapped_column(sa.BigInteger, **kwargs)
 
 
 def serial_column(name: str, template: str, **kwargs: Any) -> Column[str]:
@@ -159,6 +177,7 @@ def serial_spec(column: Any) -> SerialSpec | None:
 
 _serials: dict[tuple[int, str], tuple[SequenceRegistry, Serial]] = {}
 _guard = threading.Lock()
+_integer_serials: weakref.WeakSet[Serial] = weakref.WeakSet()
 
 
 def _serial_for(registry: SequenceRegistry, column: Column[Any]) -> Serial:
@@ -174,6 +193,8 @@ def _serial_for(registry: SequenceRegistry, column: Column[Any]) -> Serial:
         if found is None or found[0] is not registry:
             found = (registry, spec.build(registry, name))
             _serials[key] = found
+            if spec.integer:
+                _integer_serials.add(found[1])
         return found[1]
 
 
@@ -192,6 +213,14 @@ def _engine_of(bind: Any) -> Engine:
 
 
 def _check_explicit(value: object, column: Column[Any]) -> None:
+    spec = serial_spec(column)
+    if spec is not None and spec.integer:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InvalidSequenceConfig(
+                f"explicit value for {column.table.name}.{column.name} must be an int, got "
+                f"{type(value).__name__} {value!r}; leave it unset (None) to take the next value"
+            )
+        return
     if not isinstance(value, str):
         raise InvalidSequenceConfig(
             f"explicit value for {column.table.name}.{column.name} must be a str, got "
@@ -199,8 +228,11 @@ def _check_explicit(value: object, column: Column[Any]) -> None:
         )
 
 
-def _take(serial: Serial, count: int, connection: Any) -> list[str]:
-    return serial.next_many(count, connection) if serial.gapless else serial.next_many(count)
+def _take(serial: Serial, count: int, connection: Any) -> list[Any]:
+    values = serial.next_many(count, connection) if serial.gapless else serial.next_many(count)
+    if serial in _integer_serials:
+        return [int(value) for value in values]
+    return values
 
 
 # listeners ------------------------------------------------------------------------
@@ -380,7 +412,7 @@ def _before_execute(
     return (statement, filled, {}) if multiparams else (statement, [], filled[0])
 
 
-def _column_default(context: DefaultExecutionContext) -> str:
+def _column_default(context: DefaultExecutionContext) -> Any:
     """Python-side default of every serial column: one serial for one row."""
     column: Any = context.current_column
     if getattr(column, "_is_multiparam_column", False):
@@ -399,4 +431,11 @@ def _column_default(context: DefaultExecutionContext) -> str:
     return _take(serial, 1, connection)[0]
 
 
-__all__ = ["SERIAL_INFO_KEY", "SerialField", "SerialSpec", "serial_column", "serial_spec"]
+__all__ = [
+    "SERIAL_INFO_KEY",
+    "SerialField",
+    "SerialSpec",
+    "gapless_sequence_field",
+    "serial_column",
+    "serial_spec",
+]

@@ -260,3 +260,53 @@ def test_two_gapless_serials_in_one_flush_lock_in_name_order(db_url: str) -> Non
         store.close()
         Base.metadata.drop_all(engine)
         engine.dispose()
+
+
+def test_gapless_sequence_field_is_an_integer_key_given_back_on_rollback(db_url: str) -> None:
+    """SequenceField(gapless=True): integer keys in the caller's transaction, 1..K committed."""
+
+    class Base(DeclarativeBase):
+        pass
+
+    class Voucher(Base):
+        __tablename__ = unique_table("vouchers")
+        id: Mapped[int] = SequenceField(primary_key=True, gapless=True)
+        note: Mapped[str] = mapped_column(sa.String(10), default="")
+
+    engine = sa.create_engine(db_url, connect_args={"timeout": 30} if "sqlite" in db_url else {})
+    Base.metadata.create_all(engine)
+    store = SQLStore(db_url, table=unique_table("sys"))
+    maker = sessionmaker(engine)
+    install(maker, registry=SequenceRegistry(store))
+    install(engine, registry=SequenceRegistry(store))
+    table = Voucher.__table__
+    try:
+        with maker() as session:
+            session.add_all([Voucher(), Voucher()])
+            session.commit()
+        with maker() as session:
+            session.add(Voucher())
+            session.flush()
+            session.rollback()
+        with maker() as session:
+            session.execute(sa.insert(Voucher), [{"note": "bulk"}, {"note": "bulk"}])
+            session.add(Voucher(id=10**6))  # explicit: kept
+            session.commit()
+        with engine.begin() as connection:
+            connection.execute(sa.insert(table), [{"note": "core"}])
+            ids = sorted(connection.execute(sa.select(table.c.id)).scalars())
+        assert ids == [1, 2, 3, 4, 5, 10**6]
+        assert isinstance(table.c.id.type, sa.BigInteger)
+    finally:
+        uninstall(maker)
+        uninstall(engine)
+        store.drop_table()
+        store.close()
+        Base.metadata.drop_all(engine)
+        engine.dispose()
+
+
+def test_gapless_sequence_field_refuses_end_and_cycle() -> None:
+    """end and cycle have no gapless meaning: refused with InvalidSequenceConfig."""
+    with pytest.raises(InvalidSequenceConfig, match="start and step only"):
+        SequenceField(gapless=True, end=99)
