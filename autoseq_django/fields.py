@@ -128,9 +128,11 @@ class SequenceField(_BigIntegerField):
         batch: bool | None = None,
         batch_count: int | None = None,
         cycle: bool | None = None,
+        gapless: bool = False,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("blank", True)  # filled on insert, so forms may leave it empty
+        self.gapless = gapless  # values taken in the caller's atomic() (autoseq_django.serials)
         self.sequence = sequence
         self.sequence_options: dict[str, Any] = {
             key: value
@@ -164,6 +166,12 @@ class SequenceField(_BigIntegerField):
 
     def take(self, using: str, count: int = 1) -> list[int]:
         """``count`` values for rows written to database ``using``."""
+        if self.gapless:
+            from django.db import connections
+
+            from autoseq_django.serials import take_gapless_values
+
+            return take_gapless_values(self.sequence_config, connections[using], count)
         lock = sequences.lock(self.sequence_config, using)
         return [lock.next()] if count == 1 else lock.next_many(count)
 
@@ -252,6 +260,8 @@ class SequenceField(_BigIntegerField):
         if self.sequence is not None:
             kwargs["sequence"] = self.sequence
         kwargs.update(self.sequence_options)
+        if self.gapless:
+            kwargs["gapless"] = True
         return name, path, args, kwargs
 
     # system checks --------------------------------------------------------------

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import models
 
-from autoseq import GaplessUnavailable, SequenceRegistry, Serial
+from autoseq import GaplessUnavailable, SequenceConfig, SequenceRegistry, Serial
 from autoseq.serial import _Template
 from autoseq.stores import MemoryStore
 from autoseq_django import sequences
@@ -146,28 +146,36 @@ _tables: dict[tuple[int, str], sa.Table] = {}
 
 def take_gapless(serial: Serial, connection: BaseDatabaseWrapper) -> str:
     """The next gapless serial, in ``connection``'s current ``atomic()`` transaction."""
+    day = serial._now()
+    (value,) = take_gapless_values(serial.row_config(day), connection, 1)
+    return serial.format(value, day)
+
+
+def take_gapless_values(
+    config: SequenceConfig, connection: BaseDatabaseWrapper, count: int = 1
+) -> list[int]:
+    """``count`` values of row ``config``, in ``connection``'s current ``atomic()`` transaction.
+
+    What a gapless ``SerialField`` or ``SequenceField`` takes at insert.
+    """
     from autoseq import gapless
 
     if not connection.in_atomic_block:
         raise GaplessUnavailable(
-            f"serial {serial.name!r} is gapless but the save runs in autocommit: wrap it "
+            f"sequence {config.name!r} is gapless but the save runs in autocommit: wrap it "
             "in transaction.atomic() so the number is given back if the transaction fails"
         )
     alias = connection.alias
     if sequences.sequence_database(alias) != alias:
         raise GaplessUnavailable(
-            f"serial {serial.name!r} is gapless but its sequences live in database "
+            f"sequence {config.name!r} is gapless but its sequences live in database "
             f"{sequences.sequence_database(alias)!r}, not {alias!r} where the row is written; "
             "a gapless number must be in the same transaction as the row"
         )
     store = sequences.store(alias)
     dialect = {"postgresql": "postgresql", "mysql": "mysql", "sqlite": "sqlite"}[connection.vendor]
     table = _table(store, dialect)
-    run = _runner(connection, dialect)
-    day = serial._now()
-    config = serial.row_config(day)
-    (value,) = gapless.take_with(run, dialect, store, table, config, 1)
-    return serial.format(value, day)
+    return gapless.take_with(_runner(connection, dialect), dialect, store, table, config, count)
 
 
 def _table(store: Any, dialect: str) -> sa.Table:

@@ -6,7 +6,7 @@ import pytest
 from django.db import transaction
 
 from autoseq import GaplessUnavailable
-from django_tests.testapp.models import Receipt, Ticket
+from django_tests.testapp.models import Receipt, Ticket, Voucher
 
 
 class Rollback(Exception):
@@ -89,3 +89,35 @@ def test_gapless_commits_are_consecutive_with_rollbacks_between(backend: str) ->
     numbers = list(Receipt.objects.using(backend).values_list("number", flat=True))
     taken = sorted(counters(backend, Receipt, numbers))
     assert taken == list(range(taken[0], taken[0] + 6))
+
+
+def test_gapless_sequence_field_gives_keys_back_on_rollback(backend: str) -> None:
+    """SequenceField(gapless=True): keys taken in atomic(), a rolled-back one taken again."""
+    with transaction.atomic(using=backend):
+        first = Voucher.objects.using(backend).create().pk
+    lost: list[int] = []
+
+    def take_then_fail() -> None:
+        with transaction.atomic(using=backend):
+            lost.append(Voucher.objects.using(backend).create().pk)
+            raise Rollback
+
+    with pytest.raises(Rollback):
+        take_then_fail()
+    with transaction.atomic(using=backend):
+        bulk = Voucher.objects.using(backend).bulk_create([Voucher(), Voucher()])
+    assert lost == [first + 1]
+    assert [v.pk for v in bulk] == [first + 1, first + 2]
+    assert sorted(Voucher.objects.using(backend).values_list("pk", flat=True)) == [
+        first,
+        first + 1,
+        first + 2,
+    ]
+
+
+@pytest.mark.autoseq_transaction
+def test_gapless_sequence_field_outside_atomic_is_refused(backend: str) -> None:
+    """A gapless key in autocommit raises GaplessUnavailable and inserts nothing."""
+    with pytest.raises(GaplessUnavailable, match="atomic"):
+        Voucher.objects.using(backend).create()
+    assert not Voucher.objects.using(backend).exists()

@@ -58,3 +58,10 @@ class Receipt(models.Model):
 
     number = SerialField("RC-{date:%Y}-{n:06d}", period="year", gapless=True, unique=True)
     amount = models.IntegerField(default=0)
+
+
+class Voucher(models.Model):
+    """A gapless integer key: taken in the caller's atomic(), given back on rollback."""
+
+    id = SequenceField(primary_key=True, gapless=True)
+    amount = models.IntegerField(default=0)
