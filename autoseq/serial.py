@@ -22,7 +22,7 @@ from datetime import UTC, date, datetime, tzinfo
 from typing import Any
 
 from autoseq.config import MAX_VALUE, SequenceConfig, validate_name
-from autoseq.errors import AutoseqError, InvalidCount, InvalidSequenceConfig
+from autoseq.errors import AutoseqError, GaplessUnavailable, InvalidCount, InvalidSequenceConfig
 from autoseq.lock import SequenceLock
 from autoseq.registry import SequenceRegistry
 from autoseq.stores.base import SequenceStore
@@ -275,9 +275,7 @@ class Serial:
             self.registry = SequenceRegistry(store)
         self.store = self.registry.store
         if gapless:
-            from autoseq import gapless as gapless_module
-
-            gapless_module.check_store(self.store, name)
+            _gapless_module(self.store, name)
         self.clock = clock or _utc_now
         self._configs: dict[date | None, SequenceConfig] = {}
         self._reset_state()
@@ -369,12 +367,9 @@ class Serial:
         return [fmt(n=value) for value in values]
 
     def _next_gapless(self, connection: Any, count: int) -> list[str]:
-        from autoseq import gapless as gapless_module
-
         day = self._now()
         config = self.row_config(day)
-        store = gapless_module.check_store(self.store, self.name)
-        values = gapless_module.take(connection, store, config, count)
+        values = _gapless_module(self.store, self.name).take(connection, self.store, config, count)
         fmt = self.template.for_period(day).format
         return [fmt(n=value) for value in values]
 
@@ -415,6 +410,29 @@ class Serial:
 
     def __repr__(self) -> str:
         return f"Serial({self.name!r}, {self.template.text!r}, period={self.period!r})"
+
+
+def _gapless_module(store: object, name: str) -> Any:
+    """The module taking gapless values on ``store``, or ``GaplessUnavailable``.
+
+    Looked up by the store's own module, so neither SQLAlchemy nor pymongo
+    is imported for a store that does not already use it.
+    """
+    module = type(store).__module__
+    if module == "autoseq.stores.sql":
+        from autoseq import gapless
+
+        return gapless
+    if module == "autoseq.stores.mongo":
+        from autoseq import gapless_mongo
+
+        return gapless_mongo
+    raise GaplessUnavailable(
+        f"sequence {name!r}: gapless=True needs a SQLStore or a MongoStore, got "
+        f"{type(store).__name__}: a gapless value is taken in the caller's transaction so a "
+        "rollback gives it back, and this store has no such transaction; use gapless=False "
+        "(blocks, gaps possible) or a SQL database"
+    )
 
 
 def _zone(tz: str | tzinfo) -> tzinfo:
