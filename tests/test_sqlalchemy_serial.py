@@ -163,26 +163,54 @@ def test_gapless_field_in_autocommit_is_refused(setup: Setup) -> None:
     assert setup.numbers(setup.invoice) == []
 
 
-def test_core_serial_column_on_a_memory_store(tmp_path: Any) -> None:
-    """serial_column works on a Core Table with any store, parse reading what it stored."""
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "memory",
+        pytest.param("redis", marks=pytest.mark.redis),
+        pytest.param("mongodb", marks=pytest.mark.mongodb),
+    ],
+)
+def test_serial_columns_on_any_store(kind: str, tmp_path: Any, request: Any) -> None:
+    """serial_column on Memory, Redis and Mongo stores: every Core path, unique serials."""
+    from test_serial import _redis_store
+
+    if kind == "memory":
+        store: Any = MemoryStore()
+    elif kind == "redis":
+        store = _redis_store()
+    else:
+        from autoseq.stores import MongoStore
+
+        server = request.getfixturevalue("mongo_server")
+        store = MongoStore(server.url, database=request.getfixturevalue("mongo_db_name"))
     engine = sa.create_engine(f"sqlite:///{tmp_path / 'core.db'}")
     metadata = sa.MetaData()
     table = sa.Table(
         "tickets",
         metadata,
         sa.Column("id", sa.Integer, primary_key=True),
-        serial_column("code", "T-{n:04d}", sequence="tickets"),
+        serial_column("code", "T-{date:%Y%m}-{n:04d}", sequence="tickets", period="month"),
     )
     metadata.create_all(engine)
-    install(engine, store=MemoryStore())
+    install(engine, registry=SequenceRegistry(store))
     try:
         with engine.begin() as connection:
             connection.execute(sa.insert(table), [{"id": i} for i in range(1, 4)])
+            connection.execute(sa.insert(table).values(id=4))
+        with Session(engine) as session:
+            session.execute(sa.insert(table), [{"id": 5}, {"id": 6}])
+            session.commit()
+        with engine.connect() as connection:
             codes = list(connection.execute(sa.select(table.c.code)).scalars())
     finally:
         uninstall(engine)
         engine.dispose()
-    assert sorted(codes) == ["T-0001", "T-0002", "T-0003"]
+        if kind == "redis":
+            store.drop_all()
+        store.close()
+    assert len(codes) == len(set(codes)) == 6
+    assert all(code.startswith("T-") and len(code) == len("T-202611-0001") for code in codes)
 
 
 @pytest.mark.parametrize(
