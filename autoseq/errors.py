@@ -77,6 +77,54 @@ class ReservationConflict(StoreUnavailable):
     """Too many concurrent reservations collided; the retry bound was exceeded."""
 
 
+# snowflake ids --------------------------------------------------------------
+
+
+class InvalidSnowflakeConfig(AutoseqError, ValueError):
+    """A snowflake layout, setting or value to decode is out of range."""
+
+
+class ClockMovedBackwards(AutoseqError):
+    """The clock reads earlier than a timestamp this worker id already issued."""
+
+    def __init__(self, name: str, worker: int, behind_ms: int) -> None:
+        self.name = name
+        self.worker = worker
+        self.behind_ms = behind_ms
+        super().__init__(
+            f"snowflake {name!r} worker {worker}: the clock is {behind_ms} ms behind the last "
+            "timestamp issued on this worker id; refusing rather than risk a duplicate. "
+            "Fix the clock (NTP slewing, not stepping), or use on_clock_backwards='wait' "
+            "or 'borrow'"
+        )
+
+
+class WorkersExhausted(AutoseqError):
+    """Every worker id of a snowflake layout is leased by a live generator."""
+
+    def __init__(self, name: str, count: int) -> None:
+        self.name = name
+        self.count = count
+        super().__init__(
+            f"snowflake {name!r}: all {count} worker ids are leased by live generators; "
+            "close generators you no longer need, wait for stale leases to expire "
+            "(lease_ttl), or use more worker_bits (see `autoseq workers`)"
+        )
+
+
+class LeaseLost(AutoseqError):
+    """The generator's worker-id lease expired unrenewed or was taken over."""
+
+    def __init__(self, name: str, worker: int | None, reason: str) -> None:
+        self.name = name
+        self.worker = worker
+        super().__init__(
+            f"snowflake {name!r} worker {worker}: {reason}; no id was issued, so none can "
+            "be duplicated. Generation resumes once the heartbeat holds a lease again; "
+            "check that the store is reachable"
+        )
+
+
 class GaplessUnavailable(AutoseqError):
     """Gapless numbering was asked where no transaction can hold the number back.
 

@@ -5,18 +5,33 @@ block; once a share of it is used, a background worker reserves the next
 block, so the switch to it does not wait on the store. Block sizes adapt to
 the consumption rate, store outages are ridden out on what is buffered, and
 ``close()`` hands an untouched tail back to the store.
+
+The fast path takes no lock where the interpreter has a GIL: the values
+the current block may serve before the slow path must look (the prefetch
+point, or the block's end) sit in a ``range`` iterator, and advancing it is
+one C call, atomic under the GIL, so two threads can never get one value.
+The lock is taken to switch blocks. Whoever holds the lock and needs to
+know exactly what is still unserved first swaps the iterator out and
+drains it (:meth:`SequenceLock._settle`): every value then belongs either
+to a caller that took it or to the drain, never to both. Without a GIL
+(free-threaded builds) the iterator is advanced under the lock.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import itertools
 import logging
+import operator
 import os
+import sys
 import threading
 import time
+import warnings
 import weakref
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,11 +53,16 @@ class BufferPolicy:
     """How a :class:`SequenceLock` buffers values; not part of the stored row.
 
     ``prefetch_at``: share of the current block used before the next one is
-    reserved in the background (Leaf uses 0.1). ``max_batch_count``: the
-    ceiling adaptive sizing may grow a block to (``None``: 10 x batch_count;
-    equal to batch_count turns growth off). ``grow_within`` / ``shrink_after``:
-    a block used up faster than this many seconds doubles the next one, one
-    that lasted longer halves it, never below ``batch_count``.
+    reserved in the background (Leaf uses 0.1). ``block_seconds``: how long
+    a block should last at the rate values were taken lately; each
+    reservation is sized for that (at most 16 times the previous size up,
+    a quarter of it down), never below ``batch_count`` nor above
+    ``max_batch_count`` (``None``: :data:`DEFAULT_MAX_BATCH_COUNT`, Leaf's
+    ceiling of 1,000,000; equal to batch_count turns growth off). Larger
+    blocks mean fewer round trips, but a SIGKILLed process skips up to a
+    block's worth of values, and processes sharing a sequence interleave
+    in larger runs. ``grow_within`` / ``shrink_after`` are deprecated and
+    ignored (sizing by a multiple was replaced by sizing by time).
     ``retry_initial`` / ``retry_max``: back-off (seconds) after a failed
     reservation, during which an empty buffer fails fast. ``warn_share``:
     share of a non-cycling range reserved before ``low_remaining`` is sent.
@@ -51,8 +71,9 @@ class BufferPolicy:
     prefetch: bool = True
     prefetch_at: float = 0.1
     max_batch_count: int | None = None
-    grow_within: float = 15 * 60.0
-    shrink_after: float = 30 * 60.0
+    block_seconds: float = 2.0
+    grow_within: float | None = None
+    shrink_after: float | None = None
     retry_initial: float = 0.05
     retry_max: float = 5.0
     wait_timeout: float = 30.0
@@ -74,9 +95,32 @@ class BufferPolicy:
             )
         if not 0.0 < self.warn_share <= 1.0:
             raise InvalidSequenceConfig(f"warn_share={self.warn_share}; use a share in (0, 1]")
+        if not self.block_seconds > 0.0:
+            raise InvalidSequenceConfig(
+                f"block_seconds={self.block_seconds}; use a duration above 0 seconds"
+            )
+        if self.grow_within is not None or self.shrink_after is not None:
+            warnings.warn(
+                "BufferPolicy(grow_within=..., shrink_after=...) is ignored: blocks are now "
+                "sized to last block_seconds at the observed rate; pass block_seconds instead",
+                DeprecationWarning,
+                stacklevel=3,
+            )
 
+
+#: The ceiling of adaptive block sizes when ``max_batch_count`` is None
+#: (Leaf's): at full speed in memory, a few reservations per second.
+DEFAULT_MAX_BATCH_COUNT = 1_000_000
+#: Per reservation, a block grows at most this many times and shrinks to no
+#: less than 1/_SHRINK of the previous one: a burst or a pause measured once
+#: does not swing the size all the way.
+_GROW = 16
+_SHRINK = 4
 
 _locks: weakref.WeakSet[SequenceLock] = weakref.WeakSet()
+#: Whether advancing an iterator is atomic between threads (a GIL build).
+GIL = bool(getattr(sys, "_is_gil_enabled", lambda: True)())
+_EMPTY: Iterator[int] = iter(())
 #: The most values one ``next_many`` call returns: a list of them costs about
 #: 36 bytes each, so larger bulks are asked for in chunks.
 MAX_MANY = 10_000_000
@@ -86,8 +130,8 @@ class SequenceLock:
     """Serves one sequence's values, reserving blocks from ``store`` as needed.
 
     Thread-safe; one lock per sequence, so a slow reservation of one sequence
-    never delays another. ``next()`` on a full buffer costs one lock
-    acquisition and an integer add.
+    never delays another. ``next()`` on a full buffer takes no lock at all
+    (one step of a range iterator; see the module docstring).
     """
 
     def __init__(
@@ -115,11 +159,15 @@ class SequenceLock:
         self._pid = os.getpid()
         # The block being served: _next.._last by _step. _fast_until is the
         # last value the fast path may serve before the slow path looks at
-        # prefetching (equal to _last once a prefetch is in hand).
+        # prefetching (equal to _last once a prefetch is in hand). While
+        # _fast serves _next.._fast_until, _next lags behind it: _settle()
+        # makes it exact again (under the lock).
         self._next = 1
         self._last = 0
         self._step = 1
         self._fast_until = 0
+        self._fast: Iterator[int] = _EMPTY
+        self._fast_stop: int | None = None  # one step past _fast's last value, if armed
         self._blocks: deque[Block] = deque()  # reserved, not yet started
         self._turns: deque[object] = deque()  # batch=False callers, in arrival order
         self._loading = False
@@ -152,12 +200,50 @@ class SequenceLock:
 
     def next(self) -> int:
         """The next value of the sequence."""
+        for value in self._fast:  # one C-level step of a range iterator: atomic under the GIL
+            return value
+        return self._take(1)[0]
+
+    def _next_locked(self) -> int:
         with self._lock:
-            value = self._next
-            if value <= self._fast_until:
-                self._next = value + self._step
+            for value in self._fast:
                 return value
         return self._take(1)[0]
+
+    if not GIL:  # pragma: no cover - free-threaded CPython only
+        next = _next_locked
+
+    def _arm(self) -> None:
+        """Let the fast path serve ``_next.._fast_until`` (lock held, settled)."""
+        if self._next <= self._fast_until and self._pid == os.getpid():
+            self._fast_stop = self._fast_until + self._step
+            self._fast = iter(range(self._next, self._fast_stop, self._step))
+
+    def _settle(self) -> None:
+        """Stop the fast path and make ``_next`` exact (lock held).
+
+        The iterator is swapped out first, then drained: a caller that
+        loaded it just before the swap takes its value in order, before or
+        after the drain, so what the drain finds is exactly the unserved
+        suffix and nothing is both served and counted as left.
+        """
+        if self._fast_stop is None:
+            return
+        fast, self._fast = self._fast, _EMPTY
+        # deque(enumerate(...), maxlen=1) consumes the rest in one C call
+        # (atomic under the GIL) and keeps only the count: no list of a
+        # whole block. The last pair's index says how many were left.
+        last = deque(enumerate(fast), maxlen=1)
+        left = last[0][0] + 1 if last else 0
+        self._next = self._fast_stop - left * self._step
+        self._fast_stop = None
+
+    def _position(self) -> int:
+        """``_next`` as the fast path has moved it (lock held; may lag a racing caller)."""
+        if self._fast_stop is None:
+            return self._next
+        left = operator.length_hint(self._fast)
+        return self._fast_stop - left * self._step
 
     def next_many(self, n: int) -> list[int]:
         """``n`` values in increasing order (unless the sequence cycles).
@@ -185,15 +271,33 @@ class SequenceLock:
         with self._lock:
             if self._pid != os.getpid():
                 return None  # the parent's blocks are not this process's
-            if self._next <= self._last:
-                return self._next
+            position = self._position()
+            if position <= self._last:
+                return position
             if self._blocks:
                 return self._blocks[0].first
         return None
 
+    def available(self) -> int:
+        """How many values ``next_many()`` can serve now from memory, with no round trip."""
+        with self._lock:
+            if self._pid != os.getpid():
+                return 0
+            position = self._position()
+            left = (self._last - position) // self._step + 1 if position <= self._last else 0
+            return left + sum(block.count for block in self._blocks)
+
     def _take(self, n: int) -> list[int]:
         out: list[int] = []
         taken: list[tuple[int, int, int]] = []  # the runs in ``out``, to give back on failure
+        if GIL and n > 1:
+            # What the fast path holds, without the lock: one C call takes a
+            # contiguous run, atomic under the GIL.
+            out = list(itertools.islice(self._fast, n))
+            if out:
+                taken.append((out[0], out[-1], out[1] - out[0] if len(out) > 1 else 1))
+                if len(out) == n:
+                    return out
         with self._cond:
             forked = self._pid != os.getpid()
             if not forked:
@@ -203,6 +307,7 @@ class SequenceLock:
                     self._give_back(taken)
                     raise
                 self._maybe_prefetch()
+                self._arm()
         if forked:  # pragma: no cover - the at-fork hook resets first
             self._after_fork_in_child()
             return self._take(n)
@@ -214,6 +319,7 @@ class SequenceLock:
         They were reserved for this process and nobody else can have them;
         dropping them would only leave a gap, so the next call serves them.
         """
+        self._settle()
         if not taken or self._pid != os.getpid() or self._latest is None:
             return
         row = self._latest.row
@@ -229,6 +335,9 @@ class SequenceLock:
         self._demand = n
         deadline = time.monotonic() + self.policy.wait_timeout
         while len(out) < n:
+            # The lock may have been let go (a reservation, a wait) and
+            # another caller may have armed the fast path meanwhile.
+            self._settle()
             if self._next <= self._last:
                 want = n - len(out)
                 have = (self._last - self._next) // self._step + 1
@@ -410,18 +519,19 @@ class SequenceLock:
             self._latest = block
             if previous is not None and started > previous and self._latest_count:
                 self._rate = self._latest_count / (started - previous)
-                self._adapt(started - previous)
+                self._adapt(self._rate)
             self._latest_count = block.count
 
-    def _adapt(self, lasted: float) -> None:
+    def _adapt(self, rate: float) -> None:
+        """Size the next blocks to last ``block_seconds`` at ``rate`` values per second."""
         if not self._batch:
             return
-        ceiling = self.policy.max_batch_count or self._floor * 10
-        ceiling = max(ceiling, self._floor)
-        if lasted < self.policy.grow_within:
-            self._block_size = min(ceiling, self._block_size * 2)
-        elif lasted > self.policy.shrink_after:
-            self._block_size = max(self._floor, self._block_size // 2)
+        ceiling = max(self.policy.max_batch_count or DEFAULT_MAX_BATCH_COUNT, self._floor)
+        wanted = rate * self.policy.block_seconds
+        size = self._block_size
+        wanted = min(max(wanted, size / _SHRINK), size * _GROW, ceiling)
+        # Whole multiples of batch_count, as a fixed-size caller would get.
+        self._block_size = max(self._floor, -(-int(wanted) // self._floor) * self._floor)
 
     def _check_low_remaining(self, block: Block) -> None:
         row = block.row
@@ -468,6 +578,7 @@ class SequenceLock:
                 signals.prefetch_failed.send(self, name=self.name, error=exc)
                 with self._lock:
                     self._loading = False
+                    self._settle()
                     if isinstance(exc, StoreUnavailable) and self._next <= self._last:
                         # Let a caller past the prefetch point try again once
                         # the back-off is over; exhaustion is for the caller
@@ -478,7 +589,10 @@ class SequenceLock:
             with self._lock:
                 self._loading = False
                 self._blocks.append(block)
-                self._fast_until = self._last
+                if self._fast_until != self._last:
+                    self._settle()
+                    self._fast_until = self._last
+                    self._arm()
                 self._cond.notify_all()
 
     # introspection and shutdown -------------------------------------------
@@ -486,7 +600,8 @@ class SequenceLock:
     def stats(self) -> dict[str, Any]:
         """What an operator wants to see about this sequence, as plain data."""
         with self._lock:
-            left = (self._last - self._next) // self._step + 1 if self._next <= self._last else 0
+            position = self._position()
+            left = (self._last - position) // self._step + 1 if position <= self._last else 0
             buffered = sum(block.count for block in self._blocks)
             row = self._row
             eta: float | None = None
@@ -530,6 +645,7 @@ class SequenceLock:
                 if not self._cond.wait(max(0.0, deadline - time.monotonic())):
                     break
             self._wake.set()
+            self._settle()
             tail = self._unused_tail()
             self._next, self._last, self._fast_until = 1, 0, 0
             self._blocks.clear()

@@ -21,6 +21,8 @@ hand-back on exit then finds a newer version and does nothing.
 
 from __future__ import annotations
 
+import random
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -37,6 +39,8 @@ from autoseq.stores.base import SequenceStore
 #: Settings a maintenance write may change (``start`` and ``name`` are fixed).
 CHANGEABLE = ("current", "end", "step", "batch", "batch_count", "cycle")
 _ATTEMPTS = 50
+#: How long a maintenance write keeps trying on a sequence that keeps moving.
+WRITE_TIMEOUT = 10.0
 
 
 def first_value_after(row: SequenceConfig, value: int | None) -> int:
@@ -71,8 +75,18 @@ def _write(
     name: str,
     decide: Callable[[SequenceConfig], SequenceConfig | None],
 ) -> SequenceConfig:
-    """Read, decide, compare-and-set; again on a miss. ``decide`` returns None for no change."""
-    for _ in range(_ATTEMPTS):
+    """Read, decide, compare-and-set; again on a miss. ``decide`` returns None for no change.
+
+    On a busy sequence every reservation bumps the version, so a write can
+    miss many times in a row; a jittered back-off lets it land in a gap
+    between reservations, and the loop gives up after ``WRITE_TIMEOUT``.
+    """
+    deadline = time.monotonic() + WRITE_TIMEOUT
+    attempts = 0
+    while attempts < _ATTEMPTS or time.monotonic() < deadline:
+        if attempts:
+            time.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempts)))
+        attempts += 1
         row = read(store, name)
         wanted = decide(row)
         if wanted is None:
@@ -86,8 +100,8 @@ def _write(
         if now is not None and now.version == row.version + 1 and _same(now, wanted):
             return now
     raise ReservationConflict(
-        f"sequence {name!r} kept changing while being written ({_ATTEMPTS} attempts); "
-        "try again when it is quieter",
+        f"sequence {name!r} kept changing while being written ({attempts} attempts in "
+        f"{WRITE_TIMEOUT:g} s); try again when it is quieter",
         name=name,
     )
 

@@ -115,6 +115,10 @@ class SequenceRegistry:
         lock = self._locks.get(name) if isinstance(name, str) else None
         return (lock or self.get(name)).next_many(n)
 
+    def find(self, name: str) -> SequenceLock | None:
+        """The lock of ``name`` if this registry has one; never reads the store."""
+        return self._locks.get(name) if isinstance(name, str) else None
+
     def peek(self, name: str) -> int | None:
         """The value ``name``'s lock would serve next from memory; None if none or no lock.
 

@@ -48,3 +48,19 @@ __all__ = [
     "sequence_exhausted",
     "store_unavailable",
 ]
+
+# snowflake ids: sent with the Snowflake as sender, ``name`` always included.
+snowflake_lifetime_low = _signals.signal(
+    "snowflake-lifetime-low",
+    doc="A snowflake layout has fewer years of timestamp bits left than its warning "
+    "threshold: ``years_left``, ``threshold``.",
+)
+worker_lease_lost = _signals.signal(
+    "worker-lease-lost",
+    doc="A snowflake generator lost its worker-id lease: ``worker``, ``reason``.",
+)
+worker_lease_acquired = _signals.signal(
+    "worker-lease-acquired",
+    doc="A snowflake generator took a worker-id lease: ``worker``, ``floor_ms``.",
+)
+__all__ += ["snowflake_lifetime_low", "worker_lease_acquired", "worker_lease_lost"]

@@ -24,6 +24,7 @@ the caller's transaction never hands a value out again.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import logging
 import os
@@ -31,7 +32,7 @@ import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy import event
@@ -52,12 +53,15 @@ from sqlalchemy.orm.attributes import instance_state
 from sqlalchemy.pool import NullPool
 from sqlalchemy.sql.dml import Insert
 from sqlalchemy.sql.schema import Column
+from sqlalchemy.util.concurrency import await_only, in_greenlet
 
 from autoseq.config import MAX_VALUE, SequenceConfig, validate_name
 from autoseq.errors import AutoseqError, InvalidSequenceConfig, SequenceNotFound
 from autoseq.lock import BufferPolicy, SequenceLock
 from autoseq.registry import SequenceRegistry
 from autoseq.stores.base import SequenceStore
+
+_T = TypeVar("_T")
 
 log = logging.getLogger("autoseq")
 
@@ -247,6 +251,12 @@ class _Installation:
     def registry_for(self, bind: Engine | Connection) -> SequenceRegistry:
         return self.registry or default_registry(bind, self.policy)
 
+    def known_lock(self, bind: Engine | Connection, column: Column[Any]) -> SequenceLock | None:
+        """``column``'s lock if it was already set up (no round trip); else None."""
+        spec = sequence_spec(column)
+        assert spec is not None
+        return self.registry_for(bind).find(spec.config_for(column).name)
+
     def lock_for(self, bind: Engine | Connection, column: Column[Any]) -> SequenceLock:
         spec = sequence_spec(column)
         assert spec is not None
@@ -342,6 +352,8 @@ def install(
     installation = _Installation(store, registry, auto_create, policy)
     _listen_once()
     target = _sync_side(target)
+    if store is None and registry is None:
+        _check_bind_driver(target)
     if isinstance(target, scoped_session):
         target = target.session_factory
     if isinstance(target, sessionmaker):
@@ -470,6 +482,10 @@ def _watch_engine(engine: Engine) -> None:
 # what a statement or a mapper needs ---------------------------------------------
 
 _Target = tuple[str, Column[Any]]  # (parameter key, sequence column)
+#: Set while the ORM executes a statement whose rows _do_orm_execute filled.
+_orm_filled: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "autoseq_orm_filled", default=False
+)
 
 
 def _mapper_targets(mapper: Mapper[Any]) -> list[_Target]:
@@ -516,24 +532,27 @@ def _fill(
     targets: list[_Target],
     lock_of: Callable[[Column[Any]], SequenceLock],
 ) -> list[dict[str, Any]] | None:
-    """Rows with every missing sequence value filled in, or None when none was missing."""
-    out: list[dict[str, Any]] | None = None
+    """Rows with every missing sequence value filled in, or None when none was missing.
+
+    The caller's dicts are never written to (a list inserted twice must not
+    carry the first insert's keys): a row that lacks a value is copied with
+    it, a row that has every value is passed on as it is.
+    """
+    out: Sequence[Mapping[str, Any]] | None = None
     for key, column in targets:
-        missing = []
-        for i, row in enumerate(rows):
+        source = rows if out is None else out
+        missing = 0
+        for row in source:
             value = row.get(key)
             if value is None:
-                missing.append(i)
+                missing += 1
             else:
                 _check_explicit(value, column)
         if not missing:
             continue
-        if out is None:
-            out = [dict(row) for row in rows]
-        values = lock_of(column).next_many(len(missing))
-        for i, value in zip(missing, values, strict=True):
-            out[i][key] = value
-    return out
+        values = iter(_next_many(lock_of(column), missing))
+        out = [row if row.get(key) is not None else {**row, key: next(values)} for row in source]
+    return None if out is None else [row if isinstance(row, dict) else dict(row) for row in out]
 
 
 def _check_explicit(value: object, column: Column[Any]) -> None:
@@ -553,18 +572,21 @@ def _check_explicit(value: object, column: Column[Any]) -> None:
 
 
 def _before_flush(session: Session, _flush: UOWTransaction, _instances: object) -> None:
-    wanted: dict[int, tuple[SequenceLock, list[tuple[object, str]]]] = {}
+    wanted: dict[int, tuple[SequenceLock, list[tuple[dict[str, Any], str]]]] = {}
     binds: dict[Mapper[Any], tuple[Engine, _Installation | None]] = {}
     # Resolved once per flush, on the first row that needs a value: building
     # the config and looking the lock up per row would cost every add_all.
     locks: dict[tuple[Mapper[Any], str], SequenceLock] = {}
     pending = sorted(
-        ((instance_state(obj), obj) for obj in session.new),
-        key=lambda pair: pair[0].insert_order or 0,
+        (instance_state(obj) for obj in session.new),
+        key=lambda state: state.insert_order or 0,
     )
-    for state, obj in pending:
+    targets_of: dict[Mapper[Any], list[_Target]] = {}
+    for state in pending:
         mapper = state.mapper
-        targets = _mapper_targets(mapper)
+        targets = targets_of.get(mapper)
+        if targets is None:
+            targets = targets_of[mapper] = _mapper_targets(mapper)
         if not targets:
             continue
         if mapper not in binds:
@@ -573,17 +595,21 @@ def _before_flush(session: Session, _flush: UOWTransaction, _instances: object) 
         engine, installation = binds[mapper]
         if installation is None:
             continue  # not ours to fill; the column default will say so
+        values = state.dict
         for key, column in targets:
-            if state.dict.get(key) is not None:
-                _check_explicit(state.dict[key], column)
+            if values.get(key) is not None:
+                _check_explicit(values[key], column)
                 continue
             lock = locks.get((mapper, key))
             if lock is None:
-                lock = locks[mapper, key] = installation.lock_for(engine, column)
-            wanted.setdefault(id(lock), (lock, []))[1].append((obj, key))
+                lock = locks[mapper, key] = _lock(installation, engine, column)
+            wanted.setdefault(id(lock), (lock, []))[1].append((values, key))
     for lock, slots in wanted.values():
-        for (obj, key), value in zip(slots, lock.next_many(len(slots)), strict=True):
-            setattr(obj, key, value)
+        # Straight into the pending object's dict, which the INSERT reads:
+        # a key is not a change to track (setattr's events and history cost
+        # more than the rest of this listener).
+        for (row, key), value in zip(slots, _next_many(lock, len(slots)), strict=True):
+            row[key] = value
 
 
 def _do_orm_execute(state: ORMExecuteState) -> Result[Any] | None:
@@ -604,10 +630,16 @@ def _do_orm_execute(state: ORMExecuteState) -> Result[Any] | None:
     parameters: Any = state.parameters
     many = isinstance(parameters, list)
     rows: list[Mapping[str, Any]] = list(parameters) if many else [parameters]
-    filled = _fill(rows, targets, lambda column: installation.lock_for(engine, column))
+    filled = _fill(rows, targets, lambda column: _lock(installation, engine, column))
     if filled is None:
         return None
-    return state.invoke_statement(params=filled if many else filled[0])
+    # The Core insert the ORM emits for these rows would be checked again,
+    # row by row, by _before_execute: every sequence column is filled now.
+    token = _orm_filled.set(True)
+    try:
+        return state.invoke_statement(params=filled if many else filled[0])
+    finally:
+        _orm_filled.reset(token)
 
 
 def _after_begin(session: Session, _transaction: object, connection: Connection) -> None:
@@ -625,7 +657,7 @@ def _before_execute(
     params: dict[str, Any],
     _options: object,
 ) -> tuple[Any, list[dict[str, Any]], dict[str, Any]]:
-    if not isinstance(statement, Insert) or statement._select_names:
+    if not isinstance(statement, Insert) or statement._select_names or _orm_filled.get():
         return statement, multiparams, params
     # Computed even with no parameters: it checks the keys given by values().
     targets = [t for t in _table_targets(statement.table) if not _given_by_values(statement, *t)]
@@ -636,7 +668,7 @@ def _before_execute(
     if installation is None:
         return statement, multiparams, params
     rows = multiparams or [params]
-    filled = _fill(rows, targets, lambda column: installation.lock_for(connection, column))
+    filled = _fill(rows, targets, lambda column: _lock(installation, connection, column))
     if filled is None:
         return statement, multiparams, params
     return (statement, filled, {}) if multiparams else (statement, [], filled[0])
@@ -657,7 +689,37 @@ def _column_default(context: DefaultExecutionContext) -> int:
             "or install(engine) at start-up"
         )
     _watch_engine(engine)  # later multi-row statements get one next_many each
-    return installation.lock_for(connection, column).next()
+    return _next_many(_lock(installation, connection, column), 1)[0]
+
+
+# asyncio ------------------------------------------------------------------------
+# Under AsyncSession / AsyncConnection, SQLAlchemy runs these listeners in a
+# greenlet on the event loop's thread. A store round trip there would stall
+# every task on the loop, so it is awaited in a worker thread instead: the
+# greenlet yields to the loop until the values are in. Values already in
+# memory are served in place (the usual case: blocks are prefetched).
+
+
+def _lock(installation: _Installation, bind: Engine | Connection, column: Any) -> SequenceLock:
+    if in_greenlet():
+        known = installation.known_lock(bind, column)
+        if known is not None:
+            return known
+        return _off_the_loop(installation.lock_for, bind, column)
+    return installation.lock_for(bind, column)
+
+
+def _next_many(lock: SequenceLock, n: int) -> list[int]:
+    if in_greenlet() and lock.available() < n:
+        return _off_the_loop(lock.next_many, n)
+    return lock.next_many(n)
+
+
+def _off_the_loop(fn: Callable[..., _T], *args: Any) -> _T:
+    import asyncio
+
+    result: _T = await_only(asyncio.to_thread(fn, *args))
+    return result
 
 
 def _forget_after_fork() -> None:
@@ -668,18 +730,129 @@ def _forget_after_fork() -> None:
 
 os.register_at_fork(after_in_child=_forget_after_fork)
 
+# snowflake ids ------------------------------------------------------------------
+
+
+def SnowflakeField(
+    generator: Any = None, *, layout: str = "default", **mapped_column_kwargs: Any
+) -> MappedColumn[Any]:
+    """A ``BigInteger`` mapped column whose values are snowflake ids, taken at insert.
+
+    ``generator`` is the :class:`~autoseq.snowflake.Snowflake` to use; None
+    means one on the store ``install()`` gave the engine (else a ``SQLStore``
+    on the bind's database) for layout ``layout`` (its ``name``), created on first insert
+    and shared by every such column. The value is the column's Python-side
+    default, so every insert path (flush, ORM bulk, Core executemany,
+    multi-row VALUES) gets one per row without a round trip; a value the
+    user gave is kept. The other keyword arguments go to ``mapped_column``.
+    """
+    kwargs = dict(mapped_column_kwargs)
+    clash = [key for key in _RESERVED_KWARGS if key in kwargs]
+    if clash:
+        raise InvalidSequenceConfig(
+            f"a snowflake column sets {', '.join(clash)} itself (values are snowflake ids); "
+            "remove the argument"
+        )
+    kwargs.setdefault("nullable", False)
+    kwargs["autoincrement"] = False
+
+    def snowflake_default(context: DefaultExecutionContext) -> int:
+        if generator is not None:
+            return int(generator.next())
+        return int(_snowflake_for(context.root_connection, layout).next())
+
+    kwargs["insert_default"] = snowflake_default
+    return mapped_column(sa.BigInteger, **kwargs)
+
+
+_snowflakes: dict[tuple[int, str], Any] = {}
+_snowflakes_guard = threading.Lock()
+
+
+def _snowflake_for(connection: Connection, name: str) -> Any:
+    """The shared generator of layout ``name`` on the store that serves ``connection``."""
+    from autoseq.snowflake import Snowflake
+
+    engine = _engine_of(connection)
+    installation = _for_engine(engine, connection)
+    registry = (
+        installation.registry_for(connection) if installation else default_registry(connection)
+    )
+    key = (id(registry.store), name)
+    generator = _snowflakes.get(key)
+    if generator is None:
+        with _snowflakes_guard:
+            generator = _snowflakes.get(key)
+            if generator is None:
+                generator = _snowflakes[key] = Snowflake(registry.store, name=name)
+    return generator
+
+
+def close_snowflakes() -> None:
+    """Close the generators ``SnowflakeField`` made (releasing their leases); tests, shutdown."""
+    with _snowflakes_guard:
+        generators = list(_snowflakes.values())
+        _snowflakes.clear()
+    for generator in generators:
+        generator.close()
+
+
+def _forget_snowflake_guard_after_fork() -> None:
+    global _snowflakes_guard
+    _snowflakes_guard = threading.Lock()  # the generators re-lease on their own
+
+
+os.register_at_fork(after_in_child=_forget_snowflake_guard_after_fork)
+
+
 __all__ = [
     "INFO_KEY",
     "SequenceField",
     "SequenceSpec",
+    "SnowflakeField",
     "close_registries",
+    "close_snowflakes",
     "default_registry",
     "get_registry",
+    "include_sequence_table",
     "install",
     "sequence_column",
     "sequence_spec",
     "uninstall",
 ]
+
+
+def _check_bind_driver(target: Any) -> None:
+    """Fail now, naming the extra, when the default store could not load its driver."""
+    from autoseq.stores.sql import check_driver
+
+    if isinstance(target, scoped_session):
+        target = target.session_factory
+    bind = target.kw.get("bind") if isinstance(target, sessionmaker) else target
+    if isinstance(bind, (Engine, Connection)):
+        check_driver(_engine_of(bind).url)
+
+
+# Alembic and create_all --------------------------------------------------------
+
+
+def include_sequence_table(metadata: sa.MetaData, name: str = "sys_sequence") -> sa.Table:
+    """Declare ``sys_sequence`` in ``metadata`` (idempotent) and return it.
+
+    The one line an Alembic project adds beside its models: autogenerate then
+    writes ``create_table('sys_sequence', ...)`` (every column, ``version``
+    included) into the migration, adds a column a later autoseq needs to an
+    older table, and never proposes to drop the table because the
+    application's metadata no longer mentions it. ``metadata.create_all()``
+    creates it too, and ``drop_all()`` drops it: see docs/sqlalchemy.md.
+    """
+    from autoseq.stores.sql import sequence_table
+
+    existing = metadata.tables.get(name)
+    if existing is not None:
+        return existing
+    return sequence_table(name, metadata)
+
 
 # Serial columns (issue 14) live in their own module, re-exported here.
 from autoseq.serial_sqlalchemy import SerialField, serial_column  # noqa: E402

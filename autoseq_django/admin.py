@@ -29,6 +29,14 @@ else:
     _Admin = admin.ModelAdmin
 
 
+def _stats(obj: SysSequence) -> dict[str, Any]:
+    """``stats()`` of this process's lock of ``obj`` ({} when it has none)."""
+    from autoseq_django import sequences
+
+    found = sequences.registry(sequence_alias()).stats().get(obj.name)
+    return dict(found) if found else {}
+
+
 def sequence_alias() -> str:
     """The database whose ``sys_sequence`` the admin shows and changes."""
     return str(router.db_for_write(SysSequence))
@@ -90,6 +98,9 @@ class SysSequenceAdmin(_Admin):
         "batch_count",
         "cycle",
         "left",
+        "rate",
+        "time_to_end",
+        "next_block",
         "updated_at",
     )
     search_fields = ("name",)
@@ -103,16 +114,59 @@ class SysSequenceAdmin(_Admin):
         "batch_count",
         "cycle",
         "left",
+        "rate",
+        "time_to_end",
+        "next_block",
         "used_by",
         "updated_at",
         "opened_current",
     )
-    readonly_fields = ("name", "start", "left", "used_by", "updated_at")
+    readonly_fields = (
+        "name",
+        "start",
+        "left",
+        "rate",
+        "time_to_end",
+        "next_block",
+        "used_by",
+        "updated_at",
+    )
 
     @admin.display(description="values left before end")
     def left(self, obj: SysSequence) -> str:
         values_left = obj.values_left
         return "unlimited (cycles)" if values_left is None else f"{values_left:,}"
+
+    @admin.display(description="rate (this process)")
+    def rate(self, obj: SysSequence) -> str:
+        rate = _stats(obj).get("consumption_rate")
+        return "-" if not rate else f"{float(rate):,.1f}/s"
+
+    @admin.display(description="time to end")
+    def time_to_end(self, obj: SysSequence) -> str:
+        from autoseq.doctor import format_duration
+
+        rate = _stats(obj).get("consumption_rate")
+        values_left = obj.values_left
+        if values_left is None:
+            return "cycles"
+        if not rate:
+            return "-"
+        return format_duration(values_left / float(rate))
+
+    @admin.display(description="next block (this process)")
+    def next_block(self, obj: SysSequence) -> str:
+        stats = _stats(obj)
+        if not stats:
+            return "not used by this process"
+        buffered = int(stats.get("next_block_left") or 0)
+        if buffered:
+            return f"ready ({buffered:,} values)"
+        if stats.get("loading"):
+            return "reserving"
+        if stats.get("store_error"):
+            return f"store failing: {stats['store_error']}"
+        return f"not yet ({int(stats.get('current_block_left') or 0):,} left in this block)"
 
     @admin.display(description="used by")
     def used_by(self, obj: SysSequence) -> str:

@@ -20,9 +20,10 @@ class AutoseqConfig(AppConfig):
     def ready(self) -> None:
         from django.core.exceptions import ImproperlyConfigured
 
-        from autoseq_django import checks, conf  # noqa: F401 - registers the checks
+        from autoseq_django import checks, conf, doctor  # noqa: F401 - registers the checks
 
         setting_changed.connect(_settings_changed, dispatch_uid="autoseq-settings")
+        _install_metrics()
         connection_created.connect(_connection_created, dispatch_uid="autoseq-nodb")
         try:
             preload = conf.get().preload
@@ -30,6 +31,16 @@ class AutoseqConfig(AppConfig):
             return  # check autoseq.E008 says what is wrong; the first use raises it
         if preload:
             request_started.connect(_preload_once, dispatch_uid="autoseq-preload")
+
+
+def _install_metrics() -> None:
+    """Count from start-up when the ``prometheus`` extra is installed (``autoseq_django.urls``)."""
+    import importlib.util
+
+    if importlib.util.find_spec("prometheus_client") is not None:
+        from autoseq import metrics
+
+        metrics.install()
 
 
 def _settings_changed(setting: str, **kwargs: Any) -> None:

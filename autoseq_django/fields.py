@@ -344,5 +344,8 @@ def sequence_fields(model: type[models.Model]) -> list[SequenceField]:
     return [f for f in model._meta.concrete_fields if isinstance(f, SequenceField)]
 
 
+# snowflake ids live in their own module; importable from here too
 # Serial columns (issue 14) live in their own module, re-exported here.
 from autoseq_django.serials import SerialField as SerialField  # noqa: E402
+from autoseq_django.snowflake_fields import SnowflakeAutoField as SnowflakeAutoField  # noqa: E402
+from autoseq_django.snowflake_fields import SnowflakeField as SnowflakeField  # noqa: E402

@@ -11,6 +11,7 @@ compare-and-set on the row's version). ``current`` never moves backwards.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +23,7 @@ from pymongo.errors import PyMongoError
 from autoseq import maintenance
 from autoseq.config import SequenceConfig, validate_name
 from autoseq.errors import InvalidSequenceConfig, StoreUnavailable
-from autoseq.stores.mongo import MongoStore, validate_collection_name
+from autoseq.stores.mongo import MongoStore, row_document, validate_collection_name
 
 BUILTIN_COUNTERS = "mongoengine.counters"
 _FIELD_NAME = re.compile(r"^[^$.\x00][^\x00]*$")
@@ -72,11 +73,19 @@ def adopt_sequence(
             f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
             name=config.name,
         ) from exc
+    # The builtin may have kept a counter under this very name in the
+    # collection autoseq shares with it (collection_name="counters"): it
+    # counts, and it becomes autoseq's row first.
+    shared = _builtin_counter(database, sequence_collection, config.name)
+    if shared is not None:
+        counter = shared if counter is None else max(counter, shared)
+        if not dry_run:
+            convert_builtin_row(database, sequence_collection, config, lambda: largest)
     store = MongoStore(database, sequence_collection)
     try:
         seen = [value for value in (counter, largest) if value is not None]
         last = max(seen) if seen else None
-        row = store.read(config.name) or config
+        row = config if shared is not None and dry_run else (store.read(config.name) or config)
         target = maintenance.first_value_after(row, last)
         if last is not None and target > row.last_value:
             raise InvalidSequenceConfig(
@@ -95,13 +104,22 @@ def adopt_sequence(
         store.close()
 
 
-def adopt(document: Any, field: str | None = None, *, dry_run: bool = False) -> Adoption:
+def adopt(
+    document: Any,
+    field: str | None = None,
+    *,
+    counters_collection: str | None = None,
+    dry_run: bool = False,
+) -> Adoption:
     """Adopt the sequence of ``document``'s autoseq ``SequenceField`` ``field``.
 
     ``field`` defaults to the primary key. The counter is the one
     mongoengine's own field would have used for the same declaration
-    (``<sequence_name or collection>.<field>`` in ``mongoengine.counters``
-    of the field's ``db_alias``); the values are the field's values in the
+    (``<sequence_name or collection>.<field>``), read from
+    ``counters_collection``: by default ``mongoengine.counters`` and, when
+    the field has a ``collection_name`` of its own, that collection too (the
+    builtin kept its counters there under the same argument), whichever is
+    higher; all on the field's ``db_alias``. The values are the field's values in the
     document's collection. Run it once, before the first insert with autoseq;
     processes already serving the sequence keep the block they hold.
     """
@@ -116,12 +134,22 @@ def adopt(document: Any, field: str | None = None, *, dry_run: bool = False) -> 
             "declare it as one before adopting"
         )
     decorated = declared.value_decorator is not int
+    database = get_db(declared.db_alias)
+    counter_id = declared.builtin_counter_id()
+    if counters_collection is None:
+        counters_collection = BUILTIN_COUNTERS
+        if declared.collection_name != declared.COLLECTION_NAME:
+            here = _builtin_counter(database, declared.collection_name, counter_id)
+            there = _counter(database, BUILTIN_COUNTERS, counter_id)
+            if here is not None and (there is None or here > there):
+                counters_collection = declared.collection_name
     result = adopt_sequence(
-        get_db(declared.db_alias),
+        database,
         declared.sequence_config(),
         documents=document._get_collection(),
         field=declared.db_field,
-        counter_id=declared.builtin_counter_id(),
+        counter_id=counter_id,
+        counters_collection=counters_collection,
         sequence_collection=declared.collection_name,
         numeric_only=not decorated,
         dry_run=dry_run,
@@ -170,3 +198,51 @@ def _as_int(value: Any) -> int | None:
         return int(value)
     except (TypeError, ValueError):
         return None
+
+
+def _builtin_counter(database: Database[Any], collection: str, counter_id: str) -> int | None:
+    """The builtin's counter ``counter_id`` in ``collection``, if the row has its layout."""
+    entry = database[validate_collection_name(collection)].find_one({"_id": counter_id})
+    if entry is None or "current" in entry:
+        return None  # missing, or a row of autoseq's own
+    return _as_int(entry.get("next"))
+
+
+def convert_builtin_row(
+    database: Database[Any],
+    collection: str,
+    config: SequenceConfig,
+    floor: Callable[[], int | None],
+) -> bool:
+    """Replace a row in mongoengine's counter layout named ``config.name`` by autoseq's.
+
+    With ``collection_name`` shared with the builtin (``"counters"``), a
+    non-primary field's counter ``{_id: "doc.field", next: 7}`` has the name
+    autoseq gives the field's sequence. The row becomes an autoseq row past
+    both the counter and ``floor()`` (the largest stored value), in one
+    replace filtered on the counter as read, so a concurrent conversion or
+    an increment by the builtin makes this one miss (and the caller read
+    again) rather than move a value backward. False when there is no such row.
+    """
+    target = database[validate_collection_name(collection)]
+    try:
+        entry = target.find_one({"_id": config.name})
+        if entry is None or "current" in entry or "next" not in entry:
+            return False
+        seen = [value for value in (_as_int(entry.get("next")), floor()) if value is not None]
+        last = max(seen) if seen else None
+        row = config.with_current(maintenance.first_value_after(config, last))
+        replaced = target.find_one_and_replace(
+            {"_id": config.name, "next": entry["next"], "current": {"$exists": False}},
+            row_document(row),
+        )
+    except PyMongoError as exc:
+        raise StoreUnavailable(
+            f"converting mongoengine's counter {config.name!r} in {collection} failed: "
+            f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+            name=config.name,
+        ) from exc
+    return (
+        replaced is not None
+        or target.find_one({"_id": config.name, "current": {"$exists": True}}) is not None
+    )

@@ -5,8 +5,12 @@ when the attribute is merely read. This one takes values from a
 :class:`~autoseq.SequenceLock` (one reservation per block) and only when a
 document is written:
 
-* ``Document.save()`` (and ``objects.create()``): a ``pre_save`` receiver
-  fills the document's empty sequence fields;
+* ``Document.save()`` (and ``objects.create()``): the new document's empty
+  sequence fields are filled before ``pre_save`` is sent (``Document.save``
+  is wrapped once, at import, so every receiver sees them), and a primary
+  key taken this way is inserted, not upserted; a loaded document gets a
+  value only for a field the user set to ``None``, never for one that was
+  not loaded (``only()``, ``exclude()``);
 * ``objects.insert([...])``: a ``pre_bulk_insert`` receiver fills the whole
   bulk with one ``next_many`` per sequence, about N / block reservations;
 * anything else that serialises an unsaved document for writing
@@ -19,6 +23,7 @@ nothing. A value the user set is kept.
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import weakref
 from collections.abc import Callable, Iterable
@@ -26,13 +31,18 @@ from typing import Any
 
 from mongoengine import signals
 from mongoengine.base import BaseField
-from mongoengine.connection import DEFAULT_CONNECTION_NAME
+from mongoengine.connection import DEFAULT_CONNECTION_NAME, get_db
 from mongoengine.document import Document
 from pymongo.errors import PyMongoError
 
 from autoseq import maintenance
 from autoseq.config import MAX_VALUE, SequenceConfig, validate_name
-from autoseq.errors import InvalidSequenceConfig, SequenceExhausted, StoreUnavailable
+from autoseq.errors import (
+    InvalidSequenceConfig,
+    SequenceExhausted,
+    SequenceNotFound,
+    StoreUnavailable,
+)
 from autoseq.lock import BufferPolicy, SequenceLock
 from autoseq.stores.mongo import MongoStore, validate_collection_name
 from autoseq_mongoengine.registry import sequences
@@ -119,13 +129,33 @@ class SequenceField(BaseField):  # type: ignore[misc]
 
     def lock(self) -> SequenceLock:
         """The lock serving this field's values in this process."""
-        return sequences.lock(
-            self.db_alias,
-            self.collection_name,
-            self.sequence_config(),
-            self.policy,
-            self.stored_max,
-        )
+        try:
+            return sequences.lock(
+                self.db_alias,
+                self.collection_name,
+                self.sequence_config(),
+                self.policy,
+                self.stored_max,
+            )
+        except InvalidSequenceConfig:
+            # A row in mongoengine's own counter layout under our name (a
+            # shared collection_name): take it over, then serve from it.
+            from autoseq_mongoengine.adoption import convert_builtin_row
+
+            if not convert_builtin_row(
+                get_db(self.db_alias),
+                self.collection_name,
+                self.sequence_config(),
+                self.stored_max,
+            ):
+                raise
+            return sequences.lock(
+                self.db_alias,
+                self.collection_name,
+                self.sequence_config(),
+                self.policy,
+                self.stored_max,
+            )
 
     def stored_max(self) -> int | None:
         """The largest value of this field already stored in the documents (None if none).
@@ -154,12 +184,33 @@ class SequenceField(BaseField):  # type: ignore[misc]
     # values -----------------------------------------------------------------
 
     def generate(self) -> Any:
-        """The next value, decorated (one value; saves and inserts take theirs in bulk)."""
-        return self.value_decorator(self.lock().next())
+        """The next value, decorated (one value; saves and inserts take theirs in bulk).
+
+        ``None`` while a loaded document that lacks this field (``only()``,
+        ``exclude()``) is being saved: mongoengine asks every empty
+        auto-generated field for a value when it serialises a document, and
+        that value must neither be written nor burned.
+        """
+        if self in _keeping.get():
+            return None
+        return self.value_decorator(self._take(1)[0])
 
     def generate_many(self, n: int) -> list[Any]:
         """``n`` values, decorated, from about n / block reservations."""
-        return [self.value_decorator(value) for value in self.lock().next_many(n)]
+        return [self.value_decorator(value) for value in self._take(n)]
+
+    def _take_decorated(self) -> Any:
+        return self.value_decorator(self._take(1)[0])
+
+    def _take(self, n: int) -> list[int]:
+        try:
+            return self.lock().next_many(n)
+        except SequenceNotFound:
+            # The row went away under a running process (a test dropped the
+            # database or the collection): take a fresh lock, which creates
+            # the row again past the documents that are still there.
+            sequences.forget(self.db_alias, self.collection_name, self.get_sequence_name())
+            return self.lock().next_many(n)
 
     def get_next_value(self) -> Any:
         """The value the next document saved by this process will get; consumes nothing.
@@ -266,12 +317,24 @@ def _assign(document: Any, field: SequenceField, value: Any) -> None:
     document._mark_as_changed(field.name)
 
 
-def _fill_document(sender: Any, document: Any = None, **_kwargs: Any) -> None:
+def _fill_document(sender: Any, document: Any = None, **_kwargs: Any) -> bool:
+    """Give a document its missing values; True when its primary key was one of them.
+
+    A new document gets every empty sequence field. A loaded one gets only
+    the fields the user emptied (set to None): a field that is empty
+    because it was not loaded (``only()``, ``exclude()``) keeps its stored
+    value.
+    """
     if document is None:
-        return
+        return False
+    new = getattr(document, "_created", True)
+    changed = () if new else getattr(document, "_changed_fields", ())
+    primary = False
     for field in sequence_fields(type(document)):
-        if document._data.get(field.name) is None:
-            _assign(document, field, field.generate())
+        if document._data.get(field.name) is None and (new or field.name in changed):
+            _assign(document, field, field._take_decorated())
+            primary = primary or field.primary_key
+    return primary
 
 
 def _fill_bulk(sender: Any, documents: Iterable[Any] = (), **_kwargs: Any) -> None:
@@ -285,5 +348,38 @@ def _fill_bulk(sender: Any, documents: Iterable[Any] = (), **_kwargs: Any) -> No
             _assign(document, field, value)
 
 
+_keeping: contextvars.ContextVar[frozenset[SequenceField]] = contextvars.ContextVar(
+    "autoseq_keeping", default=frozenset()
+)
+_save_without_autoseq = Document.save
+
+
+def _save(document: Any, *args: Any, **kwargs: Any) -> Any:
+    """``Document.save`` with the sequence values in place before any ``pre_save`` receiver.
+
+    blinker calls receivers in no fixed order, so values assigned by a
+    receiver of our own could come after a user's. A new document whose
+    primary key autoseq just took is saved with ``force_insert``: the key
+    is fresh, so mongoengine's replace-then-insert (an upsert, two round
+    trips) would only find nothing to replace.
+    """
+    fields = sequence_fields(type(document))
+    if not fields:
+        return _save_without_autoseq(document, *args, **kwargs)
+    if _fill_document(None, document) and not args and "force_insert" not in kwargs:
+        kwargs["force_insert"] = True
+    keep = frozenset(field for field in fields if document._data.get(field.name) is None)
+    if not keep:
+        return _save_without_autoseq(document, *args, **kwargs)
+    token = _keeping.set(keep)
+    try:
+        return _save_without_autoseq(document, *args, **kwargs)
+    finally:
+        _keeping.reset(token)
+
+
+Document.save = _save
+# Still needed: a subclass whose save() does not call Document.save, and
+# objects.create(); a document already filled by _save is left as it is.
 signals.pre_save.connect(_fill_document, weak=False)
 signals.pre_bulk_insert.connect(_fill_bulk, weak=False)

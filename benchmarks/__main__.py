@@ -25,6 +25,7 @@ SUITES = (
     "orm_mongoengine",
     "serials",
     "scaling",
+    "snowflake",
 )
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -37,7 +37,8 @@ def worker(data_dir: str, orders: int, seed: int, results: Any) -> None:
     from django.db import connections
 
     from autoseq_django import sequences
-    from example_project.orders.models import Order
+    from autoseq_django.snowflake_fields import close_generators
+    from example_project.orders.models import Order, Shipment
 
     rng = random.Random(seed)
     ids: list[int] = []
@@ -60,7 +61,13 @@ def worker(data_dir: str, orders: int, seed: int, results: Any) -> None:
         ids.extend(order.pk for order in made)
         numbers.extend(order.number for order in made)
     elapsed = time.perf_counter() - started
+    # every fourth order ships: snowflake keys, leased worker id, no round trip per row
+    shipped = Shipment.objects.bulk_create(
+        [Shipment(order_id=pk, carrier=rng.choice(("post", "courier"))) for pk in ids[::4]]
+    )
+    shipments = [shipment.pk for shipment in shipped]
     stats = sequences.registry(sequences.sequence_database("default")).stats()
+    close_generators()  # releases the worker id
     sequences.reset()  # hand unused tails back where no one reserved after us
     connections.close_all()
     results.put(
@@ -68,6 +75,7 @@ def worker(data_dir: str, orders: int, seed: int, results: Any) -> None:
             "pid": os.getpid(),
             "ids": ids,
             "numbers": numbers,
+            "shipments": shipments,
             "saves": saves,
             "bulk_creates": bulks,
             "reservations": sum(int(s["reservations"]) for s in stats.values()),
@@ -99,7 +107,7 @@ def check_admin() -> str:
     client = Client()
     client.force_login(user)
     shown = []
-    for url in ("/admin/orders/order/", "/admin/autoseq/syssequence/"):
+    for url in ("/admin/orders/order/", "/admin/orders/shipment/", "/admin/autoseq/syssequence/"):
         response = client.get(url)
         shown.append(f"{url} {response.status_code}")
         if response.status_code != 200:
@@ -113,8 +121,9 @@ def run_django(data_dir: str, processes: int, orders: int) -> bool:
     from django.core.management import call_command
     from django.db import connections
 
+    from autoseq.snowflake import decode
     from autoseq_django.models import SysSequence
-    from example_project.orders.models import Order
+    from example_project.orders.models import Order, Shipment
 
     print(f"Django shop on SQLite in {data_dir}")
     call_command("migrate", verbosity=0)
@@ -138,7 +147,9 @@ def run_django(data_dir: str, processes: int, orders: int) -> bool:
 
     ids = [value for report in reports for value in report["ids"]]
     numbers = [value for report in reports for value in report["numbers"]]
+    shipments = [value for report in reports for value in report["shipments"]]
     duplicates = (len(ids) - len(set(ids))) + (len(numbers) - len(set(numbers)))
+    duplicates += len(shipments) - len(set(shipments))
     rows = Order.objects.count()
     saves = sum(report["saves"] for report in reports)
     bulks = sum(report["bulk_creates"] for report in reports)
@@ -155,9 +166,14 @@ def run_django(data_dir: str, processes: int, orders: int) -> bool:
             f"batch_count={row.batch_count}"
         )
     print(f"  reservations: {reservations} (blocks of 200 and 500 values)")
+    workers_used = sorted({decode(value).worker for value in shipments})
+    print(
+        f"  shipments (snowflake keys): {len(shipments):,}, rows "
+        f"{Shipment.objects.count():,}, leased worker ids {workers_used}"
+    )
     print(f"  admin: {check_admin()}")
     print(f"  duplicates found: {duplicates}")
-    return duplicates == 0 and rows == len(ids)
+    return duplicates == 0 and rows == len(ids) and Shipment.objects.count() == len(shipments)
 
 
 def run_sqlalchemy(data_dir: str, processes: int, orders: int) -> bool:

@@ -221,3 +221,40 @@ def me_db(mongo_server: MongoServer, mongo_db_name: str, command_log: CommandLog
     yield mongoengine.get_db()
     sequences.close()
     mongoengine.disconnect()
+
+
+#: The servers the mongoengine field's tests run on: a real one, then mongomock.
+ME_SERVERS = [
+    pytest.param("secantusdb", id="secantusdb"),
+    pytest.param("mongomock", id="mongomock"),
+]
+#: Fixtures only a real server has (command monitoring, restarts, other clients).
+REAL_SERVER_ONLY = {"command_log", "mongo_server"}
+
+
+def me_db_on(request: pytest.FixtureRequest, fixture: str = "me_db") -> Iterator[Any]:
+    """mongoengine's default alias on a fresh database of ``request.param``'s server.
+
+    For a module that overrides ``me_db`` with ``params=ME_SERVERS``: the real
+    server comes from the shared ``me_db``; mongomock skips a test that needs
+    what only a real server has.
+    """
+    if request.param != "mongomock":
+        yield request.getfixturevalue(fixture)
+        return
+    if REAL_SERVER_ONLY & set(request.fixturenames):
+        pytest.skip("needs a real server (command monitoring or other clients)")
+    mongomock = pytest.importorskip("mongomock")
+    import mongoengine
+
+    from autoseq_mongoengine import sequences
+
+    mongoengine.connect(
+        db=f"mock_{uuid.uuid4().hex[:8]}",
+        host="mongodb://localhost",
+        mongo_client_class=mongomock.MongoClient,
+        uuidRepresentation="standard",
+    )
+    yield mongoengine.get_db()
+    sequences.close()
+    mongoengine.disconnect()

@@ -4,16 +4,24 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import mongoengine as me
 import pytest
+from mongo_server import ME_SERVERS, me_db_on
 
 from autoseq import InvalidSequenceConfig, SequenceConfig
 from autoseq_mongoengine import SequenceField, adopt, adopt_sequence
 from autoseq_mongoengine.cli import main as cli_main
 
 pytestmark = [pytest.mark.mongodb, pytest.mark.usefixtures("me_db")]
+
+
+@pytest.fixture(params=ME_SERVERS)
+def me_db(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """Each test on secantusdb, then on mongomock (tests needing a real server skip there)."""
+    yield from me_db_on(request)
 
 
 class LegacyTicket(me.Document):

@@ -3,17 +3,24 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import mongoengine as me
 import pytest
-from mongo_server import CommandLog
+from mongo_server import ME_SERVERS, CommandLog, me_db_on
 
 from autoseq import InvalidSequenceConfig, SequenceConfig, SequenceExhausted
 from autoseq.errors import ValueMovesBackward
 from autoseq_mongoengine import SequenceField
 
 pytestmark = [pytest.mark.mongodb, pytest.mark.usefixtures("me_db")]
+
+
+@pytest.fixture(params=ME_SERVERS)
+def me_db(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """Each test on secantusdb, then on mongomock (tests needing a real server skip there)."""
+    yield from me_db_on(request)
 
 
 class Ticket(me.Document):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
@@ -197,33 +198,42 @@ def test_prefetch_failure_is_signalled_and_retried() -> None:
     lock.close()
 
 
-def test_block_grows_when_used_fast_and_shrinks_when_slow() -> None:
-    """Adaptive sizing doubles up to the ceiling, then halves back to the floor."""
-    lock, _ = make(
-        SequenceConfig("ad", batch_count=10),
-        max_batch_count=80,
-        grow_within=60.0,
-        shrink_after=1000.0,
-    )
+def test_blocks_are_sized_to_last_block_seconds_at_the_observed_rate() -> None:
+    """A fast consumer's blocks grow (16x at most per step) to the ceiling; a slow one's shrink."""
+    lock, _ = make(SequenceConfig("ad", batch_count=10), max_batch_count=5000, block_seconds=60.0)
     sizes = []
-    for _ in range(2000):
+    for _ in range(20_000):
         lock.next()
         sizes.append(lock.stats()["block_size"])
-    assert sizes[-1] == 80
-    assert sorted(set(sizes)) == [10, 20, 40, 80]
     lock.close()
+    steps = sorted(set(sizes))
+    assert steps[0] == 10
+    assert steps[-1] == 5000
+    assert all(b <= a * 16 for a, b in itertools.pairwise(steps))
+    assert all(size % 10 == 0 for size in steps)
 
-    slow, _ = make(
-        SequenceConfig("ad2", batch_count=10),
-        max_batch_count=80,
-        grow_within=0.0,
-        shrink_after=0.0,
-    )
-    slow._block_size = 80  # as if it had grown
-    for _ in range(400):
+    slow, _ = make(SequenceConfig("ad2", batch_count=10), max_batch_count=5000, block_seconds=1e-9)
+    slow._block_size = 640  # as if it had grown
+    seen = []
+    for _ in range(3000):
         slow.next()
-    assert slow.stats()["block_size"] == 10
+        seen.append(slow.stats()["block_size"])
     slow.close()
+    assert seen[-1] == 10
+    assert all(b * 4 >= a for a, b in itertools.pairwise(sorted(set(seen), reverse=True)))
+
+
+def test_the_default_ceiling_is_a_million_and_batch_count_stays_the_floor() -> None:
+    """max_batch_count=None lets blocks reach DEFAULT_MAX_BATCH_COUNT, never below batch_count."""
+    from autoseq.lock import DEFAULT_MAX_BATCH_COUNT
+
+    lock, _ = make(SequenceConfig("cap", batch_count=100), block_seconds=3600.0)
+    while lock.stats()["block_size"] < DEFAULT_MAX_BATCH_COUNT:
+        lock.next_many(50_000)
+    assert lock.stats()["block_size"] == DEFAULT_MAX_BATCH_COUNT
+    lock.close()
+    with pytest.warns(DeprecationWarning, match="block_seconds"):
+        BufferPolicy(grow_within=60.0)
 
 
 def test_close_hands_back_the_unused_tail() -> None:

@@ -105,7 +105,9 @@ class MongoStore:
         self.reservations = 0
         self._guard = threading.Lock()
         self._rows: dict[str, Mapping[str, Any]] = {}
-        source = client_or_url_or_database
+        self._has_mod = True
+        # Any: mongomock's client and database are not pymongo's classes.
+        source: Any = client_or_url_or_database
         if isinstance(source, str):
             url = source
             self._new_client: Callable[[], pymongo.MongoClient[Any]] = lambda: pymongo.MongoClient(
@@ -116,13 +118,17 @@ class MongoStore:
         elif isinstance(source, pymongo.MongoClient):
             self._client, self._owns_client = source, False
             self._new_client = _duplicate_of(source)
-        elif isinstance(source, Database):
+        elif isinstance(source, Database) or _is_database(source):
             self._client, self._owns_client = source.client, False
             self._new_client = _duplicate_of(source.client)
             database = database or source.name
+        elif _is_client(source):
+            self._client, self._owns_client = source, False
+            self._new_client = _duplicate_of(source)
         else:
             raise InvalidSequenceConfig(
-                "MongoStore needs a mongodb:// URL, a MongoClient or a Database, "
+                "MongoStore needs a mongodb:// URL, a MongoClient or a Database "
+                "(pymongo's, or one that behaves alike such as mongomock's), "
                 f"got {type(source).__name__}"
             )
         if database is None:
@@ -150,12 +156,22 @@ class MongoStore:
                     self._client, self._owns_client = self._new_client(), True
                 # Plain dicts, aware datetimes and primary reads whatever
                 # the application's client is configured with.
-                collection = self._client[self.database_name].get_collection(
-                    self.collection_name,
-                    codec_options=CodecOptions(tz_aware=True, tzinfo=UTC),
-                    read_preference=ReadPreference.PRIMARY,
-                    write_concern=WriteConcern(w="majority"),
-                )
+                database = self._client[self.database_name]
+                options: dict[str, Any] = {
+                    "read_preference": ReadPreference.PRIMARY,
+                    "write_concern": WriteConcern(w="majority"),
+                }
+                try:
+                    collection = database.get_collection(
+                        self.collection_name,
+                        codec_options=CodecOptions(tz_aware=True, tzinfo=UTC),
+                        **options,
+                    )
+                except NotImplementedError:
+                    # mongomock takes no tzinfo; aware UTC datetimes all the same.
+                    collection = database.get_collection(
+                        self.collection_name, codec_options=CodecOptions(tz_aware=True), **options
+                    )
                 self._collection = collection
         return collection
 
@@ -320,30 +336,39 @@ class MongoStore:
             return None
         # $type: a current a shell rewrote as a double must not be incremented
         # (and then refused): it goes to the read-and-validate path instead.
-        bounds: dict[str, Any] = {
-            "$gte": row.start,
-            "$lte": highest_first,
-            "$type": ["int", "long"],
-        }
+        bounds: dict[str, Any] = {"$gte": row.start, "$lte": highest_first}
         if row.step > 1:
-            if row.start < 0:
+            if row.start < 0 or not self._has_mod:
                 return None  # $mod truncates towards zero: leave negatives to the CAS path
             bounds["$mod"] = [row.step, row.start % row.step]  # a hand-edited current
-        guard: dict[str, Any] = {"_id": name, "current": bounds}
+        guard: dict[str, Any] = {
+            "_id": name,
+            "current": bounds,
+            # Spelled as $or, not {"$type": [...]}, which mongomock cannot read.
+            "$or": [{"current": {"$type": "int"}}, {"current": {"$type": "long"}}],
+        }
         guard.update({field: stored[field] for field in _PLAN_FIELDS})
         token = uuid.uuid4().hex
-        after = self._run(
-            f"reserving from sequence {name!r}",
-            name,
-            lambda: self.collection.find_one_and_update(
-                guard,
-                {
-                    "$inc": {"current": count * row.step, "version": 1},
-                    "$set": {"updated_at": _now(), "reserved_by": token},
-                },
-                return_document=ReturnDocument.AFTER,
-            ),
-        )
+        try:
+            after = self._run(
+                f"reserving from sequence {name!r}",
+                name,
+                lambda: self.collection.find_one_and_update(
+                    guard,
+                    {
+                        "$inc": {"current": count * row.step, "version": 1},
+                        "$set": {"updated_at": _now(), "reserved_by": token},
+                    },
+                    return_document=ReturnDocument.AFTER,
+                ),
+            )
+        except StoreUnavailable as exc:
+            if "$mod" not in bounds or "$mod" not in str(exc):
+                raise
+            # A server without $mod (mongomock) rejected the filter before
+            # writing anything: the compare-and-set path serves it from now on.
+            self._has_mod = False
+            return None
         if after is None:
             return None
         if after.get("reserved_by") != token:
@@ -457,12 +482,32 @@ class MongoStore:
 def _duplicate_of(client: pymongo.MongoClient[Any]) -> Callable[[], pymongo.MongoClient[Any]]:
     """A factory for a new client with the same settings as ``client``."""
     duplicate = getattr(client, "_duplicate", None)
-    if duplicate is None:  # pragma: no cover - every pymongo 4 client has it
-        raise InvalidSequenceConfig(
-            "this pymongo version cannot copy a MongoClient for a forked process; "
-            "pass MongoStore a mongodb:// URL instead"
-        )
+    if duplicate is None:
+        if isinstance(client, pymongo.MongoClient):  # pragma: no cover - pymongo 4 has it
+            raise InvalidSequenceConfig(
+                "this pymongo version cannot copy a MongoClient for a forked process; "
+                "pass MongoStore a mongodb:// URL instead"
+            )
+        # A client with no sockets to share (mongomock's lives in memory): the
+        # child keeps using its copy.
+        return lambda: client
     return lambda: duplicate()
+
+
+def _is_database(source: object) -> bool:
+    """Whether ``source`` quacks like a pymongo ``Database`` (mongomock's does).
+
+    Asked of the class: pymongo's client and database answer any attribute
+    (a database or a collection of that name).
+    """
+    return all(hasattr(type(source), attribute) for attribute in ("client", "get_collection"))
+
+
+def _is_client(source: object) -> bool:
+    """Whether ``source`` quacks like a ``MongoClient`` (mongomock's does)."""
+    return all(
+        hasattr(type(source), attribute) for attribute in ("get_database", "get_default_database")
+    )
 
 
 def _document(config: SequenceConfig) -> dict[str, Any]:
@@ -484,3 +529,8 @@ def _config(stored: Mapping[str, Any]) -> SequenceConfig:
 
 def _now() -> datetime:
     return datetime.now(UTC)
+
+
+def row_document(config: SequenceConfig) -> dict[str, Any]:
+    """The MongoDB document ``MongoStore`` stores for ``config`` (``_id`` = the name)."""
+    return _document(config)

@@ -93,6 +93,41 @@ SYNC_DRIVERS = {
 }
 
 
+#: The extra of autoseq that installs each sync driver a store may need.
+DRIVER_EXTRAS = {"psycopg": "postgres", "psycopg2": "postgres", "pymysql": "mysql"}
+
+
+class MissingDriver(InvalidSequenceConfig):
+    """The sync driver the store needs for a database URL is not installed."""
+
+
+def check_driver(app_url: URL | str) -> None:
+    """Raise ``MissingDriver`` unless the store for ``app_url`` can import its driver.
+
+    An application on an asyncio driver (asyncpg) reserves through the sync
+    one (psycopg), which it may never have installed; better said at
+    ``install()`` than as a bare ``ModuleNotFoundError`` at the first commit.
+    """
+    url, _ = store_url(make_url(app_url))
+    try:
+        url.get_dialect().import_dbapi()
+    except ImportError as exc:
+        driver = url.get_driver_name()
+        extra = DRIVER_EXTRAS.get(driver)
+        hint = f"pip install 'autoseq[{extra}]'" if extra else f"install the {driver} package"
+        via = (
+            f" (autoseq reserves through {driver}, the sync driver for "
+            f"{make_url(app_url).get_driver_name()})"
+            if url.drivername != make_url(app_url).drivername
+            else ""
+        )
+        raise MissingDriver(
+            f"the sequence store for {url.render_as_string(hide_password=True)} needs the "
+            f"{driver} driver{via}, which is not installed ({exc}); {hint}, or give "
+            "install() a store=SQLStore(<a sync URL>)"
+        ) from exc
+
+
 def store_url(url: URL) -> tuple[URL, bool]:
     """Where the store keeps its table for an application URL; True when private memory.
 
@@ -151,6 +186,7 @@ class SQLStore:
             )
         self.app_url = app_url
         self.url, private_memory = store_url(app_url)
+        check_driver(app_url)
         self.max_retries = max_retries
         self.statement_timeout = statement_timeout
         self.reservations = 0

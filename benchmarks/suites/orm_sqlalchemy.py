@@ -1,7 +1,9 @@
 """ORM insert throughput, SQLAlchemy: autoseq's ``SequenceField`` vs the database's own key.
 
-Peers: ``autoincrement`` (SERIAL / AUTO_INCREMENT / SQLite rowid) and, on
-PostgreSQL, ``Identity()``. Two insert paths, each in chunks of 10,000 rows
+Peers: ``autoincrement`` (SERIAL / AUTO_INCREMENT / SQLite rowid), on
+PostgreSQL ``Identity()``, and keys the caller sets (a plain BIGINT key), the
+floor for any generator of explicit keys: the same rows with one more
+bound parameter each. Two insert paths, each in chunks of 10,000 rows
 committed per chunk: the unit of work (``session.add_all`` + commit) and the
 ORM bulk insert (``session.execute(insert(Model), [dicts])``). Tables are
 emptied between trials (untimed) so every trial starts alike; after each
@@ -11,6 +13,7 @@ trial the rows are counted and their keys checked for duplicates.
 from __future__ import annotations
 
 import contextlib
+import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -73,6 +76,17 @@ class Setup:
                 **payload(),
             },
         )
+        # The floor for any generator of explicit keys: the caller sets them.
+        self.models["caller-set keys"] = type(
+            "ExplicitRow",
+            (Base,),
+            {
+                "__tablename__": unique_name("sa_explicit"),
+                "id": mapped_column(big, primary_key=True, autoincrement=False),
+                "explicit_keys": itertools.count(1),
+                **payload(),
+            },
+        )
         if backend == "postgres":
             self.models["Identity()"] = type(
                 "IdentityRow",
@@ -124,11 +138,19 @@ class Setup:
         self.engine.dispose()
 
 
+def _fields(model: Any, i: int) -> dict[str, Any]:
+    keys = getattr(model, "explicit_keys", None)
+    fields: dict[str, Any] = {"name": f"row {i}", "amount": i}
+    if keys is not None:
+        fields["id"] = next(keys)
+    return fields
+
+
 def unit_of_work(maker: Any, model: Any, n: int) -> None:
     for start in range(0, n, CHUNK):
         with maker() as session:
             session.add_all(
-                [model(name=f"row {i}", amount=i) for i in range(start, min(n, start + CHUNK))]
+                [model(**_fields(model, i)) for i in range(start, min(n, start + CHUNK))]
             )
             session.commit()
 
@@ -139,8 +161,7 @@ def orm_bulk(maker: Any, model: Any, n: int) -> None:
     for start in range(0, n, CHUNK):
         with maker() as session:
             session.execute(
-                sa.insert(model),
-                [{"name": f"row {i}", "amount": i} for i in range(start, min(n, start + CHUNK))],
+                sa.insert(model), [_fields(model, i) for i in range(start, min(n, start + CHUNK))]
             )
             session.commit()
 

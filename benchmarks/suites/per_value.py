@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from autoseq import SequenceConfig, SequenceLock
+from autoseq.stores import MemoryStore
+from autoseq.testing import FlakyStore
 from benchmarks import django_setup
 from benchmarks.harness import Contender, Group, Sample, Unavailable, run_group, stopwatch
 from benchmarks.servers import (
@@ -310,6 +312,17 @@ def sql_groups(ctx: Context, backend: str) -> list[Group]:
                     Contender(
                         "snowflake-id SnowflakeGenerator",
                         lambda: snowflake_values(fast),
+                        note="no server",
+                    )
+                )
+                # The same lock on a store with no server: what the PostgreSQL
+                # store costs once its blocks are sized for the rate.
+                memory = AutoseqSource(FlakyStore(MemoryStore()))
+                closers.append(memory.close)
+                singles.append(
+                    Contender(
+                        "autoseq next() on MemoryStore",
+                        lambda: memory.values(fast),
                         note="no server",
                     )
                 )

@@ -1,10 +1,11 @@
-"""An order: its key and its customer-facing number both come from sequences."""
+"""An order: its key and its customer-facing number come from sequences; a shipment's
+key is a snowflake id (64-bit, time-ordered, no round trip per row)."""
 
 from __future__ import annotations
 
 from django.db import models
 
-from autoseq_django.fields import SequenceField
+from autoseq_django.fields import SequenceField, SnowflakeField
 
 
 class Order(models.Model):
@@ -19,3 +20,12 @@ class Order(models.Model):
 
     def __str__(self) -> str:
         return f"order {self.number}"
+
+
+class Shipment(models.Model):
+    id = SnowflakeField(primary_key=True)
+    order = models.ForeignKey(Order, on_delete=models.CASCADE, related_name="shipments")
+    carrier = models.CharField(max_length=30)
+
+    def __str__(self) -> str:
+        return f"shipment {self.id}"

@@ -140,3 +140,27 @@ def test_batch_count_alone_is_saved_after_current_moved(
     row = store.read("tickets")
     assert row is not None
     assert (row.batch_count, row.next_value) == (33, moved)
+
+
+def test_change_form_shows_this_process_rate_and_next_block(
+    backend: str, admin_client_for: Client
+) -> None:
+    """The dashboard fields: values left, the rate and time to end, the next block's state."""
+    import uuid
+
+    from autoseq import SequenceConfig
+    from autoseq_django import sequences
+
+    for _ in range(12):
+        Order.objects.using(backend).create()  # past the prefetch point: a second block
+    page = admin_client_for.get(change_url("testapp_order")).content.decode()
+    for label in ("Rate (this process)", "Time to end", "Next block (this process)"):
+        assert label in page
+    assert "/s" in page  # two reservations: a measured rate
+    assert "ready (" in page or "reserving" in page or "not yet (" in page
+    assert "not used by this process" not in page
+
+    idle = f"idle_{uuid.uuid4().hex[:8]}"
+    sequences.store(sequences.sequence_database(backend)).create(SequenceConfig(idle))
+    listing = admin_client_for.get(reverse("admin:autoseq_syssequence_changelist")).content
+    assert "not used by this process" in listing.decode()

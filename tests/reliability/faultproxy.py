@@ -15,6 +15,7 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 TICK = 0.02
@@ -26,6 +27,7 @@ class _Pair:
     client: socket.socket
     server: socket.socket
     closed: bool = False
+    held: bool = False  # forwards nothing more to the client (a reply about to be lost)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -34,6 +36,7 @@ class _Trigger:
     pattern: bytes
     direction: str  # "up": client -> server, "down": server -> client
     after: bool  # reset after forwarding the matching chunk, not before
+    on_fire: Callable[[], None] | None = None  # runs before the reset, the client still waiting
 
 
 class FaultProxy:
@@ -84,10 +87,23 @@ class FaultProxy:
         for pair in self._snapshot():
             self._reset(pair)
 
-    def reset_on(self, pattern: bytes, *, direction: str = "up", after: bool = False) -> None:
-        """Reset the first connection whose next chunk in ``direction`` contains ``pattern``."""
+    def reset_on(
+        self,
+        pattern: bytes,
+        *,
+        direction: str = "up",
+        after: bool = False,
+        on_fire: Callable[[], None] | None = None,
+    ) -> None:
+        """Reset the first connection whose next chunk in ``direction`` contains ``pattern``.
+
+        ``on_fire`` runs when the chunk is met, before the reset, while the
+        client still waits for its reply: with ``after=True`` it can let
+        another client write between a request that was applied and the
+        retry of a client that never saw the reply.
+        """
         with self._guard:
-            self._triggers.append(_Trigger(pattern, direction, after))
+            self._triggers.append(_Trigger(pattern, direction, after, on_fire))
 
     def heal(self) -> None:
         """Back to plain forwarding: no stall, no cut, no latency, no pending trigger."""
@@ -173,7 +189,11 @@ class FaultProxy:
                 data = src.recv(65536)
                 if not data:
                     break
-                while self._stalled and not pair.closed and not self._closing.is_set():
+                while (
+                    (self._stalled or (pair.held and direction == "down"))
+                    and not pair.closed
+                    and not self._closing.is_set()
+                ):
                     time.sleep(TICK)
                 if pair.closed:
                     break
@@ -181,10 +201,14 @@ class FaultProxy:
                 if trigger is not None and not trigger.after:
                     self._reset(pair)
                     break
+                if trigger is not None and trigger.on_fire is not None:
+                    pair.held = True  # the client never sees the reply to this chunk
                 if self.latency:
                     time.sleep(self.latency)
                 dst.sendall(data)
                 if trigger is not None:
+                    if trigger.on_fire is not None:
+                        trigger.on_fire()
                     self._reset(pair)
                     break
         except (OSError, ValueError):

@@ -1,4 +1,4 @@
-"""``manage.py autoseq list | create | set | sync``: the sequences of a database."""
+"""``manage.py autoseq list | create | set | sync | doctor``: the sequences of a database."""
 
 from __future__ import annotations
 
@@ -55,6 +55,20 @@ class Command(BaseCommand):
             "migration from AutoField), like sqlsequencereset.",
         )
         sync.add_argument("names", nargs="*", metavar="NAME", help="only these sequences")
+        doctor = action(
+            "doctor",
+            "Check each sequence: behind max() of its columns, invalid rows, values left and "
+            "time to end, the SQLite companion file. Exit status 1 when something is wrong.",
+        )
+        doctor.add_argument("names", nargs="*", metavar="NAME", help="only these sequences")
+        doctor.add_argument("--json", action="store_true", help="print the report as JSON")
+        doctor.add_argument("--strict", action="store_true", help="exit 1 on warnings too")
+        doctor.add_argument(
+            "--sample", type=float, default=0.0, help="seconds to watch current for a rate"
+        )
+        doctor.add_argument(
+            "--warn-days", type=float, default=30.0, help="warn when end is nearer (days)"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         database = options["database"]
@@ -126,6 +140,21 @@ class Command(BaseCommand):
                 else f"current {result.old} already past it"
             )
             self.stdout.write(f"{result.name!r} ({', '.join(result.columns)}: {top}): {moved}")
+
+    def _doctor(self, sequence_alias: str, **options: Any) -> None:
+        from autoseq_django import doctor
+
+        if options["sample"] < 0 or options["warn_days"] < 0:
+            raise CommandError("--sample and --warn-days must be 0 or more", returncode=2)
+        report = doctor.report(
+            options["database"],
+            sample=options["sample"],
+            warn_seconds=options["warn_days"] * 86400,
+            names=options["names"] or None,
+        )
+        self.stdout.write(report.to_json() if options["json"] else report.to_text())
+        if report.exit_code(strict=options["strict"]):
+            raise CommandError(f"autoseq doctor: status {report.status}", returncode=1)
 
 
 def _values_left(row: SequenceConfig) -> int:

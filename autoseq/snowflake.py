@@ -1,0 +1,505 @@
+"""Snowflake ids: 64-bit, time-ordered keys made in memory, worker ids leased from a store.
+
+Layout of an id (defaults in brackets), most significant bit first::
+
+    0 | milliseconds since ``epoch`` [41] | worker id [10] | sequence [12]
+
+The sign bit stays 0, so ids fit a signed 64-bit column and are positive.
+Within one process ids only increase. Each generator leases its worker id
+from the store (see :mod:`autoseq.workers`): a heartbeat thread renews the
+lease, ids are issued only at timestamps below the expiry last written, and
+a later owner of the same worker id starts above every timestamp an earlier
+one could have used, so a worker id is never shared in time.
+"""
+
+from __future__ import annotations
+
+import atexit
+import itertools
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+import warnings
+import weakref
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from typing import Literal, NamedTuple
+
+from autoseq import signals
+from autoseq.errors import (
+    ClockMovedBackwards,
+    InvalidSnowflakeConfig,
+    LeaseLost,
+    StoreUnavailable,
+    WorkersExhausted,
+)
+from autoseq.stores.base import check_count
+from autoseq.workers import WorkerLease, WorkerLeases, worker_leases
+
+log = logging.getLogger("autoseq")
+
+#: The default epoch: ids count milliseconds from 2024-01-01 UTC.
+DEFAULT_EPOCH = datetime(2024, 1, 1, tzinfo=UTC)
+MS_PER_YEAR = 365.2425 * 86_400_000
+POLICIES = ("wait", "fail", "borrow")
+Policy = Literal["wait", "fail", "borrow"]
+
+
+class SnowflakeParts(NamedTuple):
+    """What an id holds: when it was made, by which worker id, its sequence in that millisecond."""
+
+    timestamp: datetime
+    worker: int
+    sequence: int
+
+
+def _epoch_ms(epoch: datetime | int) -> int:
+    if isinstance(epoch, datetime):
+        if epoch.tzinfo is None:
+            raise InvalidSnowflakeConfig(
+                f"epoch {epoch!r} has no time zone; give an aware datetime "
+                "(datetime(2024, 1, 1, tzinfo=UTC))"
+            )
+        return int(epoch.timestamp() * 1000)
+    if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+        raise InvalidSnowflakeConfig(
+            f"epoch {epoch!r} must be an aware datetime or milliseconds since 1970 (an int >= 0)"
+        )
+    return epoch
+
+
+def _bits(label: str, bits: object) -> int:
+    if isinstance(bits, bool) or not isinstance(bits, int) or not 0 <= bits <= 22:
+        raise InvalidSnowflakeConfig(f"{label}={bits!r}: give an int from 0 to 22")
+    return bits
+
+
+def _check_bits(worker: object, sequence: object) -> tuple[int, int]:
+    worker_bits, sequence_bits = _bits("worker_bits", worker), _bits("sequence_bits", sequence)
+    if 63 - worker_bits - sequence_bits < 35:
+        raise InvalidSnowflakeConfig(
+            f"worker_bits={worker_bits} + sequence_bits={sequence_bits} leave "
+            f"{63 - worker_bits - sequence_bits} timestamp bits, under a year of milliseconds; "
+            "keep worker_bits + sequence_bits at most 28"
+        )
+    return worker_bits, sequence_bits
+
+
+def decode(
+    value: int,
+    *,
+    epoch: datetime | int = DEFAULT_EPOCH,
+    worker_bits: int = 10,
+    sequence_bits: int = 12,
+) -> SnowflakeParts:
+    """Split ``value`` into its timestamp, worker id and sequence (the layout must match)."""
+    worker_bits, sequence_bits = _check_bits(worker_bits, sequence_bits)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 2**63:
+        raise InvalidSnowflakeConfig(
+            f"{value!r} is not a snowflake id: give an int from 1 to 2**63 - 1"
+        )
+    ms = (value >> (worker_bits + sequence_bits)) + _epoch_ms(epoch)
+    return SnowflakeParts(
+        datetime.fromtimestamp(ms / 1000, UTC),
+        (value >> sequence_bits) & ((1 << worker_bits) - 1),
+        value & ((1 << sequence_bits) - 1),
+    )
+
+
+class Snowflake:
+    """A snowflake id generator whose worker id is leased from ``store``.
+
+    ``name`` names the layout: generators sharing a name share its worker
+    ids, so they must share ``epoch`` and the bit widths too. ``lease_ttl``
+    (seconds) is how long a lease lives unrenewed; the heartbeat renews it
+    every third of that. ``on_clock_backwards`` says what happens when the
+    clock reads earlier than the last timestamp issued by more than
+    ``max_backwards_wait`` seconds (a smaller step is always waited out):
+    ``"wait"`` waits until it catches up, ``"fail"`` raises
+    :class:`ClockMovedBackwards`, ``"borrow"`` keeps issuing on the last
+    timestamp while its sequence lasts, then waits. ``clock`` returns
+    seconds since 1970 (injectable for tests). A warning and the
+    ``snowflake_lifetime_low`` signal fire when fewer than ``warn_years``
+    years of timestamp bits remain.
+    """
+
+    def __init__(
+        self,
+        store: object,
+        *,
+        name: str = "default",
+        epoch: datetime | int = DEFAULT_EPOCH,
+        worker_bits: int = 10,
+        sequence_bits: int = 12,
+        lease_ttl: float = 30.0,
+        on_clock_backwards: Policy = "wait",
+        max_backwards_wait: float = 0.005,
+        clock: Callable[[], float] = time.time,
+        warn_years: float = 10.0,
+    ) -> None:
+        self.worker_bits, self.sequence_bits = _check_bits(worker_bits, sequence_bits)
+        if on_clock_backwards not in POLICIES:
+            raise InvalidSnowflakeConfig(
+                f"on_clock_backwards={on_clock_backwards!r}: give 'wait', 'fail' or 'borrow'"
+            )
+        if not isinstance(lease_ttl, int | float) or not 0.05 <= lease_ttl <= 86_400:
+            raise InvalidSnowflakeConfig(
+                f"lease_ttl={lease_ttl!r}: give seconds from 0.05 to 86400"
+            )
+        if not isinstance(max_backwards_wait, int | float) or not 0 <= max_backwards_wait <= 60:
+            raise InvalidSnowflakeConfig(
+                f"max_backwards_wait={max_backwards_wait!r}: give seconds from 0 to 60"
+            )
+        self.name = name
+        self.epoch_ms = _epoch_ms(epoch)
+        self.lease_ttl = float(lease_ttl)
+        self.on_clock_backwards = on_clock_backwards
+        self.max_backwards_wait = float(max_backwards_wait)
+        self.warn_years = warn_years
+        self.clock = clock
+        self._ns: Callable[[], int] = (
+            time.time_ns if clock is time.time else (lambda: int(clock() * 1_000_000_000))
+        )
+        self._shift = self.worker_bits + self.sequence_bits
+        self._max_seq = (1 << self.sequence_bits) - 1
+        self._worker_count = 1 << self.worker_bits
+        self.max_timestamp_ms = self.epoch_ms + (1 << (63 - self._shift)) - 1
+        now = self._ns() // 1_000_000
+        if now <= self.epoch_ms:
+            raise InvalidSnowflakeConfig(
+                f"epoch {self.epoch_ms} ms is not in the past (clock reads {now} ms); "
+                "ids would not be positive: choose an earlier epoch"
+            )
+        if now > self.max_timestamp_ms:
+            raise InvalidSnowflakeConfig(
+                f"snowflake {name!r}: the timestamp bits ran out at {self.max_timestamp_ms} ms; "
+                "choose a later epoch or fewer worker/sequence bits"
+            )
+        self._leases: WorkerLeases = worker_leases(store)
+        self.store = store
+        self._lock = threading.Lock()
+        # (the current millisecond's ids, the last id it may issue, that
+        # millisecond): replaced whole, so a reader never mixes two of them
+        self._state: tuple[Iterator[int], int, int] = (itertools.count(), -1, -1)
+        self._limit = 0  # issue only timestamps below this: the lease's expiry
+        self._worker_part = 0
+        self._lease: WorkerLease | None = None
+        self._lost = "no lease was taken yet"
+        self._closed = False
+        self._pid = os.getpid()
+        self._stop = threading.Event()
+        self._heartbeat: threading.Thread | None = None
+        self._renewed_mono = 0.0
+        self._lifetime_checked = 0.0
+        with self._lock:
+            self._take_lease_now()
+        self._check_lifetime()
+        _live.add(self)
+
+    # public ----------------------------------------------------------------
+
+    def next(self) -> int:
+        """The next id: positive, below 2**63, greater than every id this process issued."""
+        # Within a millisecond an id is one step of an itertools.count, which
+        # the GIL makes atomic: no lock. The lock is taken once per
+        # millisecond, where the lease, the clock and the state are checked.
+        ts = self._ns() // 1_000_000
+        ids, cap, last = self._state
+        if ts == last:
+            value = next(ids)
+            if value <= cap:
+                return value
+        with self._lock:
+            return self._next_slow()
+
+    def next_many(self, n: int) -> list[int]:
+        """``n`` ids in increasing order (several per millisecond at once)."""
+        check_count(n, "generate")
+        out: list[int] = []
+        with self._lock:
+            while len(out) < n:
+                ts = self._ns() // 1_000_000
+                ids, cap, last = self._state
+                if ts == last:
+                    for value in itertools.islice(ids, n - len(out)):
+                        if value > cap:
+                            break
+                        out.append(value)
+                    else:
+                        continue
+                out.append(self._next_slow())
+        return out
+
+    def decode(self, value: int) -> SnowflakeParts:
+        """Split ``value`` (an id of this layout) into timestamp, worker id and sequence."""
+        return decode(
+            value,
+            epoch=self.epoch_ms,
+            worker_bits=self.worker_bits,
+            sequence_bits=self.sequence_bits,
+        )
+
+    @property
+    def worker_id(self) -> int | None:
+        """The leased worker id, or None while no lease is held."""
+        lease = self._lease
+        return None if lease is None else lease.worker
+
+    @property
+    def lease(self) -> WorkerLease | None:
+        """The lease held now (its expiry as last renewed), or None."""
+        return self._lease
+
+    @property
+    def years_left(self) -> float:
+        """Years until the timestamp bits run out."""
+        return (self.max_timestamp_ms - self._ns() // 1_000_000) / MS_PER_YEAR
+
+    def close(self) -> None:
+        """Stop the heartbeat and release the lease; ``next()`` raises afterwards."""
+        self._stop.set()
+        heartbeat = self._heartbeat
+        if heartbeat is not None and heartbeat is not threading.current_thread():
+            # a renewal stuck on the store ends within its timeouts; exit need not wait longer
+            heartbeat.join(timeout=min(self.lease_ttl, 10.0))
+        with self._lock:
+            lease, self._lease = self._lease, None
+            self._revoke()
+            self._closed = True
+            self._lost = "the generator is closed; create a new Snowflake"
+            last = self._state[2]
+        _live.discard(self)
+        if lease is not None and self._pid == os.getpid():
+            try:
+                self._leases.release_worker(lease, last)
+            except StoreUnavailable as exc:
+                log.warning("autoseq: releasing worker %s failed (%s)", lease.worker, exc)
+
+    def __enter__(self) -> Snowflake:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # the slow path (lock held) ---------------------------------------------
+
+    def _next_slow(self) -> int:
+        # A timestamp read before the lock may be stale by now: read it again.
+        ts = self._ns() // 1_000_000
+        warned = False
+        while True:
+            ids, cap, last = self._state
+            if self._lease is None:
+                if self._closed or self._pid == os.getpid():
+                    raise LeaseLost(self.name, None, self._lost)
+                # A forked child takes a lease of its own, under the lock so
+                # that its threads take one between them.
+                self._take_lease_now()
+            elif ts == last or (ts < last and self.on_clock_backwards == "borrow"):
+                # the current millisecond, or borrowing it while the clock is behind
+                value = next(ids)
+                if value <= cap:
+                    return value
+            elif ts > last:
+                if ts < self._limit:
+                    value = ((ts - self.epoch_ms) << self._shift) | self._worker_part
+                    self._state = (itertools.count(value + 1), value | self._max_seq, ts)
+                    return value
+                if ts > self.max_timestamp_ms:
+                    raise InvalidSnowflakeConfig(
+                        f"snowflake {self.name!r}: the timestamp bits ran out at "
+                        f"{self.max_timestamp_ms} ms; move to a layout with a later epoch"
+                    )
+                self._lose(
+                    self._lease,
+                    f"its lease expired at {self._limit} ms before the heartbeat could "
+                    "renew it (the store did not answer in time)",
+                )
+                continue
+            behind = last - ts
+            if behind > self.max_backwards_wait * 1000 and self.on_clock_backwards == "fail":
+                raise ClockMovedBackwards(self.name, self.worker_id or 0, behind)
+            if behind > self.max_backwards_wait * 1000 and not warned:
+                warned = True
+                log.warning(
+                    "autoseq: snowflake %r: clock %d ms behind the last timestamp; waiting",
+                    self.name,
+                    behind,
+                )
+            # sequence used up (behind == 0) or clock behind: wait, lock released
+            self._pause(min(max(behind, 0) / 1000 + 0.0001, 0.05))
+            ts = self._ns() // 1_000_000
+
+    def _pause(self, seconds: float) -> None:
+        self._lock.release()
+        try:
+            time.sleep(seconds)
+        finally:
+            self._lock.acquire()
+
+    # leases -----------------------------------------------------------------
+
+    def _owner(self) -> str:
+        return f"{socket.gethostname()[:120]}:{os.getpid()}:{uuid.uuid4().hex[:16]}"
+
+    def _take_lease_now(self) -> None:
+        """Lease a worker id and start the heartbeat (lock held; construction, forked child)."""
+        lease = self._acquire()
+        if lease is None:
+            raise WorkersExhausted(self.name, self._worker_count)
+        behind = lease.floor_ms - self._ns() // 1_000_000
+        if self.on_clock_backwards == "fail" and behind > self.max_backwards_wait * 1000:
+            try:
+                self._leases.release_worker(lease, lease.floor_ms)
+            finally:
+                raise ClockMovedBackwards(self.name, lease.worker, behind)
+        self._install(lease)
+        # only now: a child whose acquisition failed tries again on its next call
+        self._pid = os.getpid()
+        self._stop = threading.Event()
+        self._heartbeat = threading.Thread(
+            target=self._beat, name=f"autoseq-snowflake-{self.name}", daemon=True
+        )
+        self._heartbeat.start()
+
+    def _acquire(self) -> WorkerLease | None:
+        started = time.monotonic()
+        lease = self._leases.acquire_worker(
+            self.name, self._owner(), self._worker_count, self._ns() // 1_000_000, self._ttl_ms
+        )
+        if lease is not None:
+            self._renewed_mono = started
+            signals.worker_lease_acquired.send(
+                self, name=self.name, worker=lease.worker, floor_ms=lease.floor_ms
+            )
+        return lease
+
+    @property
+    def _ttl_ms(self) -> int:
+        return int(self.lease_ttl * 1000)
+
+    def _install(self, lease: WorkerLease) -> None:
+        """Start issuing under ``lease`` (lock held)."""
+        self._lease = lease
+        self._worker_part = lease.worker << self.sequence_bits
+        # Strictly above the floor and every id of this process: a new worker
+        # id at an old timestamp could sort below ids already issued.
+        ids, _, last = self._state
+        self._state = (ids, -1, max(last, lease.floor_ms))
+        self._limit = min(lease.expires_ms, self.max_timestamp_ms + 1)
+
+    def _revoke(self) -> None:
+        """Issue nothing more until a lease is installed; the last timestamp is kept."""
+        ids, _, last = self._state
+        self._state = (ids, -1, last)
+        self._limit = 0
+
+    def _lose(self, lease: WorkerLease, reason: str) -> None:
+        """Stop issuing under ``lease`` (lock held); the heartbeat looks for a new one."""
+        if self._lease is lease:
+            self._lease = None
+            self._revoke()
+            self._lost = reason
+            log.error("autoseq: snowflake %r worker %s: %s", self.name, lease.worker, reason)
+            signals.worker_lease_lost.send(self, name=self.name, worker=lease.worker, reason=reason)
+
+    def _beat(self) -> None:
+        interval = self.lease_ttl / 3
+        delay = interval
+        stop = self._stop
+        while not stop.wait(delay):
+            if self._pid != os.getpid():
+                return
+            delay = interval
+            lease = self._lease
+            try:
+                if lease is None:
+                    if self._closed:
+                        return
+                    fresh = self._acquire()
+                    if fresh is not None:
+                        with self._lock:
+                            if self._closed:
+                                self._leases.release_worker(fresh, fresh.floor_ms)
+                                return
+                            self._install(fresh)
+                    continue
+                sent = time.monotonic()
+                renewed = self._leases.renew_worker(
+                    lease, self._ns() // 1_000_000, self._ttl_ms, self._state[2]
+                )
+            except StoreUnavailable as exc:
+                log.warning("autoseq: snowflake %r heartbeat failed: %s", self.name, exc)
+                delay = interval / 3
+                lease = self._lease
+                if lease is not None and time.monotonic() - self._renewed_mono >= self.lease_ttl:
+                    with self._lock:
+                        self._lose(lease, f"its lease was not renewed within lease_ttl ({exc})")
+                continue
+            with self._lock:
+                if renewed is None:
+                    self._lose(lease, "another generator took its worker id over")
+                elif self._lease is lease:
+                    self._lease = renewed
+                    self._limit = min(renewed.expires_ms, self.max_timestamp_ms + 1)
+                    self._renewed_mono = sent
+            self._check_lifetime()
+
+    def _check_lifetime(self) -> None:
+        now = time.monotonic()
+        if now < self._lifetime_checked:
+            return
+        self._lifetime_checked = now + 86_400
+        left = self.years_left
+        if left < self.warn_years:
+            message = (
+                f"snowflake {self.name!r}: {left:.1f} years of timestamp bits left "
+                f"(until {datetime.fromtimestamp(self.max_timestamp_ms / 1000, UTC):%Y-%m-%d}); "
+                "plan a layout with a later epoch"
+            )
+            warnings.warn(message, RuntimeWarning, stacklevel=3)
+            signals.snowflake_lifetime_low.send(
+                self, name=self.name, years_left=left, threshold=self.warn_years
+            )
+
+    def _after_fork_in_child(self) -> None:
+        # The parent's lease and heartbeat stay the parent's; the child leases
+        # its own worker id on its first call.
+        self._lock = threading.Lock()
+        self._lease = None
+        self._revoke()  # never continue the parent's millisecond
+        self._heartbeat = None
+        self._lost = "forked"
+        after_fork = getattr(self._leases, "after_fork", None)
+        if after_fork is not None:
+            after_fork()
+
+
+_live: weakref.WeakSet[Snowflake] = weakref.WeakSet()
+
+
+def _close_all() -> None:
+    for generator in list(_live):
+        generator.close()
+
+
+def _after_fork() -> None:
+    for generator in list(_live):
+        generator._after_fork_in_child()
+
+
+atexit.register(_close_all)
+os.register_at_fork(after_in_child=_after_fork)
+
+__all__ = [
+    "DEFAULT_EPOCH",
+    "ClockMovedBackwards",
+    "LeaseLost",
+    "Snowflake",
+    "SnowflakeParts",
+    "WorkersExhausted",
+    "decode",
+]

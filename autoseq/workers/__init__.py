@@ -1,0 +1,200 @@
+"""Worker-id leases for snowflake ids, kept in the store that holds ``sys_sequence``.
+
+A snowflake generator must own its worker id alone: two generators on one id
+issue the same ids. So ids are *leased*: a row per (name, worker id) in a
+``sys_worker`` table (a collection on MongoDB, a hash on Redis) holds the
+owner, when the lease expires and the last timestamp issued under it.
+
+Every write is a compare-and-set. Taking an id succeeds only on a row that is
+missing, released or expired, and only if nobody wrote it since it was read;
+renewing and releasing succeed only while the row still names the caller as
+owner (an owner string is new for every acquisition).
+
+The timestamps are the generators' own milliseconds, the ones inside the
+ids. A holder issues only timestamps below the ``expires_ms`` it wrote, and
+a new owner starts above ``max(last_ms, expires_ms)`` of the row it took
+(its ``floor_ms``): the two ranges of timestamps never meet, so takeover
+cannot repeat an id even when the machines' clocks disagree.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from dataclasses import dataclass, replace
+from typing import Any, Protocol, runtime_checkable
+
+from autoseq.config import validate_name
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerLease:
+    """One ``sys_worker`` row: who holds worker id ``worker`` of layout ``name``, until when.
+
+    ``owner`` is None once released. ``floor_ms`` is set on a lease just
+    acquired: earlier owners may have issued timestamps up to it, so the new
+    owner issues only above it.
+    """
+
+    name: str
+    worker: int
+    owner: str | None
+    expires_ms: int
+    last_ms: int
+    version: int
+    floor_ms: int = 0
+
+    def free_at(self, now_ms: int) -> bool:
+        """True when the row may be taken: released, or expired before ``now_ms``."""
+        return self.owner is None or self.expires_ms < now_ms
+
+    @property
+    def high_water_ms(self) -> int:
+        """The highest timestamp the row's owners may have issued."""
+        return max(self.last_ms, self.expires_ms)
+
+
+@runtime_checkable
+class WorkerLeases(Protocol):
+    """Lease operations on one store's ``sys_worker``; every write is a compare-and-set.
+
+    * ``acquire_worker(name, owner, count, now_ms, ttl_ms)`` takes the lowest
+      free worker id below ``count`` (missing, released, or expired before
+      ``now_ms``) for ``owner`` until ``now_ms + ttl_ms`` and returns it with
+      ``floor_ms`` set; None when all ``count`` are held.
+    * ``renew_worker(lease, now_ms, ttl_ms, last_ms)`` extends a lease still
+      held by ``lease.owner`` to ``max(now_ms + ttl_ms, lease.expires_ms)``,
+      recording ``last_ms``; None when the row has another owner now.
+    * ``release_worker(lease, last_ms)`` frees the row if still held, leaving
+      ``last_ms`` for the next owner; returns whether it did.
+    * ``list_workers(name=None)`` every row (of one layout), by name and id.
+    * Driver errors raise ``StoreUnavailable``.
+    """
+
+    def acquire_worker(
+        self, name: str, owner: str, count: int, now_ms: int, ttl_ms: int
+    ) -> WorkerLease | None: ...
+
+    def renew_worker(
+        self, lease: WorkerLease, now_ms: int, ttl_ms: int, last_ms: int
+    ) -> WorkerLease | None: ...
+
+    def release_worker(self, lease: WorkerLease, last_ms: int) -> bool: ...
+
+    def list_workers(self, name: str | None = None) -> list[WorkerLease]: ...
+
+
+def candidates(rows: dict[int, WorkerLease], count: int, now_ms: int) -> list[int]:
+    """Worker ids worth trying, lowest first: missing rows and free ones."""
+    return [w for w in range(count) if w not in rows or rows[w].free_at(now_ms)]
+
+
+def taken(
+    row: WorkerLease | None, name: str, worker: int, owner: str, expires_ms: int
+) -> WorkerLease:
+    """The row as an acquisition writes it over ``row`` (None: a new row)."""
+    if row is None:
+        return WorkerLease(name, worker, owner, expires_ms, 0, 1, 0)
+    return WorkerLease(
+        name, worker, owner, expires_ms, row.last_ms, row.version + 1, row.high_water_ms
+    )
+
+
+class MemoryWorkers:
+    """Leases in a dict: one process (tests, examples), beside a ``MemoryStore``."""
+
+    def __init__(self) -> None:
+        self._rows: dict[tuple[str, int], WorkerLease] = {}
+        self._lock = threading.Lock()
+
+    def acquire_worker(
+        self, name: str, owner: str, count: int, now_ms: int, ttl_ms: int
+    ) -> WorkerLease | None:
+        validate_name(name)
+        with self._lock:
+            for worker in range(count):
+                row = self._rows.get((name, worker))
+                if row is None or row.free_at(now_ms):
+                    lease = taken(row, name, worker, owner, now_ms + ttl_ms)
+                    self._rows[name, worker] = replace(lease, floor_ms=0)
+                    return lease
+        return None
+
+    def renew_worker(
+        self, lease: WorkerLease, now_ms: int, ttl_ms: int, last_ms: int
+    ) -> WorkerLease | None:
+        with self._lock:
+            row = self._rows.get((lease.name, lease.worker))
+            if row is None or row.owner != lease.owner:
+                return None
+            renewed = replace(
+                row,
+                expires_ms=max(now_ms + ttl_ms, row.expires_ms),
+                last_ms=max(last_ms, row.last_ms),
+                version=row.version + 1,
+            )
+            self._rows[lease.name, lease.worker] = renewed
+            return renewed
+
+    def release_worker(self, lease: WorkerLease, last_ms: int) -> bool:
+        with self._lock:
+            row = self._rows.get((lease.name, lease.worker))
+            if row is None or row.owner != lease.owner:
+                return False
+            last = max(last_ms, row.last_ms)
+            self._rows[lease.name, lease.worker] = replace(
+                row, owner=None, expires_ms=last, last_ms=last, version=row.version + 1
+            )
+            return True
+
+    def list_workers(self, name: str | None = None) -> list[WorkerLease]:
+        with self._lock:
+            rows = [r for r in self._rows.values() if name is None or r.name == name]
+        return sorted(rows, key=lambda r: (r.name, r.worker))
+
+    def after_fork(self) -> None:
+        self._lock = threading.Lock()
+
+
+_ADAPTERS = {
+    "SQLStore": ("autoseq.workers.sql", "SQLWorkers"),
+    "MongoStore": ("autoseq.workers.mongo", "MongoWorkers"),
+    "RedisStore": ("autoseq.workers.redis", "RedisWorkers"),
+}
+
+
+def worker_leases(store: Any) -> WorkerLeases:
+    """The lease operations for ``store``, kept beside its ``sys_sequence``.
+
+    A store that implements :class:`WorkerLeases` itself is used as is; the
+    autoseq stores get an adapter (one per store object, so a process shares
+    one table handle); a ``MemoryStore`` keeps leases in memory.
+    """
+    if isinstance(store, WorkerLeases):
+        return store
+    cached = getattr(store, "_autoseq_workers", None)
+    if cached is not None:
+        return cached  # type: ignore[no-any-return]
+    from autoseq.stores.memory import MemoryStore
+
+    adapter: WorkerLeases
+    if isinstance(store, MemoryStore):
+        adapter = MemoryWorkers()
+    else:
+        for klass in type(store).__mro__:
+            spot = _ADAPTERS.get(klass.__name__)
+            if spot is not None:
+                adapter = getattr(importlib.import_module(spot[0]), spot[1])(store)
+                break
+        else:
+            from autoseq.errors import InvalidSnowflakeConfig
+
+            raise InvalidSnowflakeConfig(
+                f"{type(store).__name__} cannot lease worker ids: give a MemoryStore, SQLStore, "
+                "MongoStore or RedisStore, or an object with the WorkerLeases methods"
+            )
+    store._autoseq_workers = adapter
+    return adapter
+
+
+__all__ = ["MemoryWorkers", "WorkerLease", "WorkerLeases", "candidates", "worker_leases"]

@@ -1,0 +1,164 @@
+"""Worker leases in a Redis hash beside a ``RedisStore``'s rows.
+
+``{P}:worker:<name>`` (``<name>`` percent-encoded as for sequences) maps each
+worker id to ``"<expires_ms> <last_ms> <version> <owner>"`` (an empty owner:
+released). Each operation is one Lua script, so every compare-and-set is
+atomic. Timestamps travel as decimal strings written by Python and are only
+compared in Lua (as doubles, exact far beyond any millisecond timestamp).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+import redis
+
+from autoseq.config import validate_name
+from autoseq.errors import StoreUnavailable
+from autoseq.stores.redis import RedisStore
+from autoseq.workers import WorkerLease
+
+_PARSE = """
+local function parse(v)
+  local e, l, ver, o = string.match(v, '^(%d+) (%d+) (%d+) (.*)$')
+  return e, l, ver, o
+end
+"""
+
+# ARGV: owner, count, now_ms, expires_ms. Reply: {worker, old expires, old last, version}.
+_ACQUIRE = (
+    _PARSE
+    + """
+local now = tonumber(ARGV[3])
+for w = 0, tonumber(ARGV[2]) - 1 do
+  local field = tostring(w)
+  local v = redis.call('HGET', KEYS[1], field)
+  if not v then
+    redis.call('HSET', KEYS[1], field, ARGV[4] .. ' 0 1 ' .. ARGV[1])
+    return {w, '0', '0', '1'}
+  end
+  local e, l, ver, o = parse(v)
+  if e and (o == '' or tonumber(e) < now) then
+    local version = tostring(tonumber(ver) + 1)
+    redis.call('HSET', KEYS[1], field, ARGV[4] .. ' ' .. l .. ' ' .. version .. ' ' .. ARGV[1])
+    return {w, e, l, version}
+  end
+end
+return false
+"""
+)
+
+# ARGV: worker, owner, expires_ms, last_ms, '1' to release. Reply: the new version or false.
+_WRITE = (
+    _PARSE
+    + """
+local v = redis.call('HGET', KEYS[1], ARGV[1])
+if not v then return false end
+local e, l, ver, o = parse(v)
+if not e or o ~= ARGV[2] then return false end
+local version = tostring(tonumber(ver) + 1)
+local owner = ARGV[2]
+if ARGV[5] == '1' then owner = '' end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[3] .. ' ' .. ARGV[4] .. ' ' .. version .. ' ' .. owner)
+return version
+"""
+)
+
+
+class RedisWorkers:
+    """:class:`~autoseq.workers.WorkerLeases` on a ``RedisStore``'s server."""
+
+    def __init__(self, store: RedisStore) -> None:
+        self.store = store
+        self._acquire = store.client.register_script(_ACQUIRE)
+        self._write = store.client.register_script(_WRITE)
+
+    def key(self, name: str) -> str:
+        """The hash holding layout ``name``'s leases."""
+        validate_name(name)
+        return f"{{{self.store.prefix}}}:worker:{quote(name, safe='')}"
+
+    def _call(self, script: Any, keys: list[str], args: list[Any], what: str, name: str) -> Any:
+        try:
+            # store.client, not the script's own: after a fork the store has a new client
+            return script(keys=keys, args=args, client=self.store.client)
+        except redis.RedisError as exc:
+            raise self._fail(exc, what, name) from exc
+
+    def _fail(self, exc: BaseException, what: str, name: str | None) -> StoreUnavailable:
+        return self.store._translate(exc, what, name)
+
+    def acquire_worker(
+        self, name: str, owner: str, count: int, now_ms: int, ttl_ms: int
+    ) -> WorkerLease | None:
+        expires = now_ms + ttl_ms
+        reply = self._call(
+            self._acquire,
+            [self.key(name)],
+            [owner, count, now_ms, expires],
+            f"leasing a worker id of snowflake {name!r}",
+            name,
+        )
+        if not reply:
+            return None
+        worker, old_expires, old_last, version = (int(x) for x in reply)
+        return WorkerLease(
+            name, worker, owner, expires, old_last, version, max(old_expires, old_last)
+        )
+
+    def renew_worker(
+        self, lease: WorkerLease, now_ms: int, ttl_ms: int, last_ms: int
+    ) -> WorkerLease | None:
+        expires = max(now_ms + ttl_ms, lease.expires_ms)
+        last = max(last_ms, lease.last_ms)
+        version = self._call(
+            self._write,
+            [self.key(lease.name)],
+            [lease.worker, lease.owner, expires, last, "0"],
+            f"renewing worker {lease.worker}",
+            lease.name,
+        )
+        if not version:
+            return None
+        return WorkerLease(lease.name, lease.worker, lease.owner, expires, last, int(version))
+
+    def release_worker(self, lease: WorkerLease, last_ms: int) -> bool:
+        last = max(last_ms, lease.last_ms)
+        version = self._call(
+            self._write,
+            [self.key(lease.name)],
+            [lease.worker, lease.owner, last, last, "1"],
+            f"releasing worker {lease.worker}",
+            lease.name,
+        )
+        return bool(version)
+
+    def list_workers(self, name: str | None = None) -> list[WorkerLease]:
+        client = self.store.client
+        try:
+            if name is not None:
+                keys = [self.key(name)]
+            else:
+                keys = sorted(client.scan_iter(match=f"{{{self.store.prefix}}}:worker:*"))
+            rows = []
+            for key in keys:
+                key_text = key.decode() if isinstance(key, bytes) else key
+                layout = _unquote(key_text.split(":worker:", 1)[1])
+                for field, value in client.hgetall(key).items():
+                    text = value.decode() if isinstance(value, bytes) else value
+                    expires, last, version, owner = text.split(" ", 3)
+                    rows.append(
+                        WorkerLease(
+                            layout, int(field), owner or None, int(expires), int(last), int(version)
+                        )
+                    )
+        except redis.RedisError as exc:
+            raise self._fail(exc, "listing worker leases", name) from exc
+        return sorted(rows, key=lambda r: (r.name, r.worker))
+
+
+def _unquote(text: str) -> str:
+    from urllib.parse import unquote
+
+    return unquote(text)

@@ -1,0 +1,314 @@
+"""SQLAlchemy with Alembic: real autogenerate keeps sys_sequence; conversions; driver checks.
+
+Each test gets a database of its own (a fresh SQLite file, or a fresh
+PostgreSQL/MariaDB database), because autogenerate compares the whole
+database with the models.
+"""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from backends import sql_url
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+
+from autoseq.sqlalchemy import (
+    SequenceField,
+    close_registries,
+    include_sequence_table,
+    install,
+    uninstall,
+)
+from autoseq.stores.sql import MissingDriver, SQLStore
+
+alembic = pytest.importorskip("alembic")
+from alembic import command  # noqa: E402
+from alembic.config import Config  # noqa: E402
+
+BACKENDS = [
+    pytest.param("sqlite", id="sqlite"),
+    pytest.param("postgres", marks=pytest.mark.postgres, id="postgres"),
+]
+SERVERS = [
+    pytest.param("postgres", marks=pytest.mark.postgres, id="postgres"),
+    pytest.param("mysql", marks=pytest.mark.mysql, id="mysql"),
+]
+CONVERT_BACKENDS = [*BACKENDS, pytest.param("mysql", marks=pytest.mark.mysql, id="mysql")]
+
+ENV_PY = """
+from alembic import context
+
+config = context.config
+context.configure(
+    connection=config.attributes["connection"],
+    target_metadata=config.attributes["metadata"],
+)
+with context.begin_transaction():
+    context.run_migrations()
+"""
+
+
+@pytest.fixture
+def fresh_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A database of its own on the backend named by the test's parameter."""
+    backend = request.param
+    server = sql_url(backend, tmp_path)
+    if backend == "sqlite":
+        yield server
+        return
+    name = f"wt_ag_{uuid.uuid4().hex[:10]}"
+    admin = sa.create_engine(server, isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.exec_driver_sql(f"CREATE DATABASE {name}")
+    try:
+        yield sa.make_url(server).set(database=name).render_as_string(hide_password=False)
+    finally:
+        close_registries()
+        with admin.connect() as connection:
+            force = " WITH (FORCE)" if backend == "postgres" else ""
+            connection.exec_driver_sql(f"DROP DATABASE {name}{force}")
+        admin.dispose()
+
+
+def alembic_project(root: Path) -> Config:
+    """A minimal Alembic project whose env.py takes connection and metadata from attributes."""
+    cfg = Config(str(root / "alembic.ini"))
+    command.init(cfg, str(root / "migrations"))
+    (root / "migrations" / "env.py").write_text(ENV_PY)
+    cfg = Config(str(root / "alembic.ini"))
+    cfg.set_main_option("script_location", str(root / "migrations"))
+    return cfg
+
+
+def autogenerate(cfg: Config, engine: sa.Engine, metadata: sa.MetaData, message: str) -> str:
+    """Run ``alembic revision --autogenerate`` and return the migration's text."""
+    with engine.begin() as connection:
+        cfg.attributes.update(connection=connection, metadata=metadata)
+        script = command.revision(cfg, message=message, autogenerate=True)
+    assert script is not None
+    assert not isinstance(script, list)
+    return Path(script.path).read_text()
+
+
+def upgrade(cfg: Config, engine: sa.Engine, metadata: sa.MetaData) -> None:
+    with engine.begin() as connection:
+        cfg.attributes.update(connection=connection, metadata=metadata)
+        command.upgrade(cfg, "head")
+
+
+def upgrade_ops(migration: str) -> str:
+    """The body of ``upgrade()`` in a migration file."""
+    body = migration.split("def upgrade()", 1)[1].split("def downgrade()", 1)[0]
+    return body
+
+
+def make_models(with_line: bool) -> tuple[type[Any], sa.MetaData]:
+    class Base(DeclarativeBase):
+        pass
+
+    class Order(Base):
+        __tablename__ = "orders"
+        id: Mapped[int] = SequenceField(primary_key=True)
+        name: Mapped[str] = mapped_column(sa.String(40), default="")
+
+    if with_line:
+        include_sequence_table(Base.metadata)
+    return Order, Base.metadata
+
+
+def insert_orders(engine: sa.Engine, order: type[Any], n: int) -> list[int]:
+    install(engine)
+    try:
+        with Session(engine) as session:
+            rows = [order(name=str(i)) for i in range(n)]
+            session.add_all(rows)
+            session.commit()
+            return [row.id for row in rows]
+    finally:
+        uninstall(engine)
+
+
+@pytest.mark.parametrize("fresh_url", CONVERT_BACKENDS, indirect=True)
+def test_autogenerate_creates_sys_sequence_and_never_drops_it(
+    fresh_url: str, tmp_path: Path
+) -> None:
+    """With include_sequence_table, the first migration creates sys_sequence, later ones keep it."""
+    order, metadata = make_models(with_line=True)
+    engine = sa.create_engine(fresh_url)
+    cfg = alembic_project(tmp_path / "project")
+    first = autogenerate(cfg, engine, metadata, "initial")
+    assert "op.create_table('sys_sequence'" in first
+    for column in ("name", "start", "end", "step", "current", "batch", "batch_count", "cycle"):
+        assert f"sa.Column('{column}'" in first
+    assert "sa.Column('version', sa.BigInteger(), server_default='0', nullable=False)" in first
+    upgrade(cfg, engine, metadata)
+    assert insert_orders(engine, order, 3) == [1, 2, 3]  # the app runs once
+    second = autogenerate(cfg, engine, metadata, "after the app ran")
+    assert "sys_sequence" not in second
+    assert "op." not in upgrade_ops(second)
+    engine.dispose()
+
+
+@pytest.mark.parametrize("fresh_url", SERVERS, indirect=True)
+def test_autogenerate_after_the_app_created_the_table_proposes_nothing(
+    fresh_url: str, tmp_path: Path
+) -> None:
+    """sys_sequence made by the store at run time is not dropped by the next migration."""
+    order, bare = make_models(with_line=False)
+    engine = sa.create_engine(fresh_url)
+    bare.create_all(engine)
+    insert_orders(engine, order, 2)  # the store creates sys_sequence itself
+    _, metadata = make_models(with_line=True)
+    cfg = alembic_project(tmp_path / "project")
+    migration = autogenerate(cfg, engine, metadata, "models exist already")
+    assert "drop_table" not in migration
+    assert "sys_sequence" not in migration
+    engine.dispose()
+
+
+@pytest.mark.parametrize("fresh_url", SERVERS, indirect=True)
+def test_autogenerate_adds_the_version_column_to_an_older_table(
+    fresh_url: str, tmp_path: Path
+) -> None:
+    """A sys_sequence from before ``version`` gets an add_column with a server default."""
+    _, metadata = make_models(with_line=True)
+    engine = sa.create_engine(fresh_url)
+    metadata.create_all(engine)
+    with engine.begin() as connection:
+        connection.exec_driver_sql("ALTER TABLE sys_sequence DROP COLUMN version")
+    cfg = alembic_project(tmp_path / "project")
+    migration = autogenerate(cfg, engine, metadata, "upgrade autoseq")
+    assert (
+        "op.add_column('sys_sequence', sa.Column('version', sa.BigInteger(), "
+        "server_default='0', nullable=False))"
+    ) in migration
+    assert "drop_table" not in migration
+    engine.dispose()
+
+
+def test_include_sequence_table_is_idempotent() -> None:
+    """Calling include_sequence_table twice returns the one table it declared."""
+    metadata = sa.MetaData()
+    assert include_sequence_table(metadata) is include_sequence_table(metadata)
+    assert "version" in include_sequence_table(metadata).c
+
+
+# converting an Identity / serial / AUTO_INCREMENT key ------------------------------
+
+CONVERT_MIGRATION = '''
+"""convert legacy.id"""
+from autoseq.alembic import convert_column
+
+revision = "convert01"
+down_revision = None
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    convert_column("legacy", "id")
+
+
+def downgrade() -> None:
+    pass
+'''
+
+
+def legacy_table(metadata: sa.MetaData, backend: str, serial: bool) -> sa.Table:
+    if serial:
+        id_column = sa.Column("id", sa.Integer, primary_key=True)  # SERIAL on PostgreSQL
+    elif backend == "postgres":
+        id_column = sa.Column("id", sa.BigInteger, sa.Identity(), primary_key=True)
+    else:
+        id_column = sa.Column("id", sa.Integer, primary_key=True, autoincrement=True)
+    return sa.Table("legacy", metadata, id_column, sa.Column("name", sa.String(40)))
+
+
+@pytest.mark.parametrize(
+    ("fresh_url", "serial"),
+    [
+        *[pytest.param(p.values[0], False, marks=p.marks, id=p.id) for p in CONVERT_BACKENDS],
+        pytest.param("postgres", True, marks=pytest.mark.postgres, id="postgres-serial"),
+    ],
+    indirect=["fresh_url"],
+)
+def test_convert_column_drops_the_old_default_and_moves_the_sequence(
+    fresh_url: str, serial: bool, tmp_path: Path
+) -> None:
+    """After the Alembic conversion, ORM inserts continue past the old keys, never colliding."""
+    backend = sa.make_url(fresh_url).get_backend_name()
+    backend = {"postgresql": "postgres"}.get(backend, backend)
+    engine = sa.create_engine(fresh_url)
+    legacy_table(sa.MetaData(), backend, serial).create(engine)
+    with engine.begin() as connection:
+        for i in range(5):  # the database's own generator numbers them
+            connection.exec_driver_sql(f"INSERT INTO legacy (name) VALUES ('old{i}')")
+    cfg = alembic_project(tmp_path / "project")
+    (tmp_path / "project" / "migrations" / "versions" / "convert01.py").write_text(
+        textwrap.dedent(CONVERT_MIGRATION)
+    )
+    upgrade(cfg, engine, sa.MetaData())
+
+    class Base(DeclarativeBase):
+        pass
+
+    class Legacy(Base):
+        __tablename__ = "legacy"
+        id: Mapped[int] = SequenceField(primary_key=True)
+        name: Mapped[str] = mapped_column(sa.String(40))
+
+    assert insert_orders(engine, Legacy, 3) == [6, 7, 8]
+    if backend != "sqlite":
+        # The database no longer numbers rows itself: a raw insert must give the key.
+        with pytest.raises(sa.exc.DBAPIError), engine.begin() as connection:
+            connection.exec_driver_sql("INSERT INTO legacy (name) VALUES ('raw')")
+    with engine.connect() as connection:
+        keys = [row[0] for row in connection.exec_driver_sql("SELECT id FROM legacy")]
+    assert sorted(keys) == list(range(1, 9))
+    engine.dispose()
+
+
+@pytest.mark.parametrize("fresh_url", CONVERT_BACKENDS, indirect=True)
+def test_convert_never_moves_a_row_backward(fresh_url: str) -> None:
+    """A sequence already past the column's keys stays where it is."""
+    from autoseq.alembic import convert_on
+
+    backend = {"postgresql": "postgres"}.get(
+        sa.make_url(fresh_url).get_backend_name(), sa.make_url(fresh_url).get_backend_name()
+    )
+    engine = sa.create_engine(fresh_url)
+    legacy_table(sa.MetaData(), backend, serial=False).create(engine)
+    with engine.begin() as connection:
+        connection.exec_driver_sql("INSERT INTO legacy (name) VALUES ('a')")
+        first = convert_on(connection, "legacy", "id", start=100)
+        second = convert_on(connection, "legacy", "id", start=100)
+    assert (first.next_value, second.next_value) == (100, 100)
+    engine.dispose()
+
+
+# a missing sync driver -------------------------------------------------------------
+
+
+def test_install_names_the_extra_when_the_sync_driver_is_missing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An asyncpg-only install fails at install(), naming autoseq[postgres], not at commit."""
+    pytest.importorskip("asyncpg")
+    from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
+
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # as if psycopg were not installed
+    engine = create_async_engine("postgresql+asyncpg://postgres@127.0.0.1:5432/nowhere")
+    with pytest.raises(MissingDriver, match=r"autoseq\[postgres\]") as caught:
+        install(async_sessionmaker(engine))
+    assert "asyncpg" in str(caught.value)
+    with pytest.raises(MissingDriver, match=r"autoseq\[postgres\]"):
+        install(engine)
+    with pytest.raises(MissingDriver, match=r"autoseq\[postgres\]"):
+        SQLStore(engine)
