@@ -190,6 +190,18 @@ def take_with(
         if config.name not in known:
             store.create(config)
             known.add(config.name)
+    try:
+        return _take_with(run, dialect, table, config, count, sqlite)
+    except SequenceNotFound:
+        if not sqlite:
+            # Deleted since this process created it: create it again next time.
+            _created.get(store, set()).discard(config.name)
+        raise
+
+
+def _take_with(
+    run: Run, dialect: str, table: sa.Table, config: SequenceConfig, count: int, sqlite: bool
+) -> list[int]:
     for _attempt in range(3):
         try:
             values = _update_returning(run, dialect, table, config.name, count)

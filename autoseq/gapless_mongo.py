@@ -43,6 +43,7 @@ def take(session: Any, store: MongoStore, config: SequenceConfig, count: int = 1
     collection = store.collection
     stored = collection.find_one({"_id": config.name}, session=session)
     if stored is None:
+        known.discard(config.name)  # deleted since: the next take creates it again
         raise SequenceNotFound(config.name, "its row was deleted while in use")
     row = SequenceConfig.from_row({**stored, "name": stored["_id"]})
     block, new_current = plan_reservation(row, count)
