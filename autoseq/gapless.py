@@ -35,6 +35,7 @@ from autoseq.errors import (
     SequenceNotFound,
     StoreUnavailable,
 )
+from autoseq.registry import opening_row
 from autoseq.stores.base import check_count, plan_reservation
 from autoseq.stores.sql import SQLStore, _now, sequence_table
 
@@ -131,7 +132,13 @@ def _missing_in_sqlite(exc: BaseException) -> bool:
 Run = Callable[[Any, "Mapping[str, Any] | None"], "tuple[list[Mapping[str, Any]], int]"]
 
 
-def take(target: Any, store: SQLStore, config: SequenceConfig, count: int = 1) -> list[int]:
+def take(
+    target: Any,
+    store: SQLStore,
+    config: SequenceConfig,
+    count: int = 1,
+    floor: Callable[[], int | None] | None = None,
+) -> list[int]:
     """``count`` consecutive values of ``config``'s row, in ``target``'s transaction.
 
     ``target`` is a SQLAlchemy ``Connection`` or ``Session``. The row is
@@ -157,7 +164,7 @@ def take(target: Any, store: SQLStore, config: SequenceConfig, count: int = 1) -
     dialect = connection.dialect.name
     table = gapless_table(store, dialect)
     try:
-        return take_with(run, dialect, store, table, config, count)
+        return take_with(run, dialect, store, table, config, count, floor)
     except DBAPIError as exc:
         raise StoreUnavailable(
             f"taking a gapless value of {config.name!r} failed: {type(exc).__name__}: "
@@ -173,12 +180,19 @@ def gapless_table(store: SQLStore, dialect: str) -> sa.Table:
 
 
 def take_with(
-    run: Run, dialect: str, store: SQLStore, table: sa.Table, config: SequenceConfig, count: int
+    run: Run,
+    dialect: str,
+    store: SQLStore,
+    table: sa.Table,
+    config: SequenceConfig,
+    count: int,
+    floor: Callable[[], int | None] | None = None,
 ) -> list[int]:
     """The statements of :func:`take`, run by ``run`` in the caller's transaction.
 
     Shared by the SQLAlchemy path and ``autoseq_django``, which runs the
-    same statements on Django's cursor.
+    same statements on Django's cursor. ``floor`` returns the largest key
+    already stored (integer keys): a row created here starts past it.
     """
     check_count(count, "take")
     sqlite = dialect == "sqlite"
@@ -188,10 +202,13 @@ def take_with(
         # insert would then wait on the caller's transaction forever.
         known = _created.setdefault(store, set())
         if config.name not in known:
-            store.create(config)
+            if floor is None or store.read(config.name) is not None:
+                store.create(config)
+            else:
+                store.create(opening_row(config, floor()))
             known.add(config.name)
     try:
-        return _take_with(run, dialect, table, config, count, sqlite)
+        return _take_with(run, dialect, table, config, count, sqlite, floor)
     except SequenceNotFound:
         if not sqlite:
             # Deleted since this process created it: create it again next time.
@@ -200,7 +217,13 @@ def take_with(
 
 
 def _take_with(
-    run: Run, dialect: str, table: sa.Table, config: SequenceConfig, count: int, sqlite: bool
+    run: Run,
+    dialect: str,
+    table: sa.Table,
+    config: SequenceConfig,
+    count: int,
+    sqlite: bool,
+    floor: Callable[[], int | None] | None,
 ) -> list[int]:
     for _attempt in range(3):
         try:
@@ -214,7 +237,7 @@ def _take_with(
             _sqlite_ready(run, table)
             values = _update_returning(run, dialect, table, config.name, count)
         if values is None:
-            values = _update_locked(run, table, config, count, sqlite)
+            values = _update_locked(run, table, config, count, sqlite, floor)
         if values is not None:
             return values
     raise ReservationConflict(
@@ -331,6 +354,7 @@ def _update_locked(
     config: SequenceConfig,
     count: int,
     sqlite: bool,
+    floor: Callable[[], int | None] | None = None,
 ) -> list[int] | None:
     select, update = _locked_statements(table)
     name = {"seq_name": config.name}
@@ -340,7 +364,8 @@ def _update_locked(
             raise SequenceNotFound(
                 config.name, "its row was deleted while in use; roll back and retry"
             )
-        values = config.as_row() | {"updated_at": _now(), "version": 0}
+        opening = opening_row(config, floor()) if floor is not None else config
+        values = opening.as_row() | {"updated_at": _now(), "version": 0}
         run(sa.insert(table).prefix_with("OR IGNORE").values(values), None)
         rows, _count = run(select, name)
         if not rows:  # pragma: no cover - the insert above is in this transaction

@@ -13,6 +13,7 @@ connection, several serials in one flush in name order
 
 from __future__ import annotations
 
+import functools
 import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -177,7 +178,8 @@ def serial_spec(column: Any) -> SerialSpec | None:
 
 _serials: dict[tuple[int, str], tuple[SequenceRegistry, Serial]] = {}
 _guard = threading.Lock()
-_integer_serials: weakref.WeakSet[Serial] = weakref.WeakSet()
+#: The integer-key serials (``SequenceField(gapless=True)``) and their column.
+_integer_serials: weakref.WeakKeyDictionary[Serial, Column[Any]] = weakref.WeakKeyDictionary()
 
 
 def _serial_for(registry: SequenceRegistry, column: Column[Any]) -> Serial:
@@ -194,7 +196,7 @@ def _serial_for(registry: SequenceRegistry, column: Column[Any]) -> Serial:
             found = (registry, spec.build(registry, name))
             _serials[key] = found
             if spec.integer:
-                _integer_serials.add(found[1])
+                _integer_serials[found[1]] = column
         return found[1]
 
 
@@ -229,8 +231,19 @@ def _check_explicit(value: object, column: Column[Any]) -> None:
 
 
 def _take(serial: Serial, count: int, connection: Any) -> list[Any]:
+    column = _integer_serials.get(serial)
+    if column is not None and serial.gapless:
+        # An integer key: a row created now starts past the keys already stored.
+        from autoseq import gapless
+        from autoseq import sqlalchemy as integration
+
+        bound = gapless.connection_of(connection, serial.name)
+        store = gapless.check_store(serial.store, serial.name)
+        engine = integration._engine_of(bound)
+        floor = functools.partial(integration._column_floor, engine, column, serial.name)
+        return gapless.take(bound, store, serial.row_config(None), count, floor)
     values = serial.next_many(count, connection) if serial.gapless else serial.next_many(count)
-    if serial in _integer_serials:
+    if column is not None:
         return [int(value) for value in values]
     return values
 

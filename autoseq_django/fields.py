@@ -171,7 +171,8 @@ class SequenceField(_BigIntegerField):
 
             from autoseq_django.serials import take_gapless_values
 
-            return take_gapless_values(self.sequence_config, connections[using], count)
+            config = self.sequence_config
+            return take_gapless_values(config, connections[using], count, integer_key=True)
         lock = sequences.lock(self.sequence_config, using)
         return [lock.next()] if count == 1 else lock.next_many(count)
 

@@ -152,11 +152,17 @@ def take_gapless(serial: Serial, connection: BaseDatabaseWrapper) -> str:
 
 
 def take_gapless_values(
-    config: SequenceConfig, connection: BaseDatabaseWrapper, count: int = 1
+    config: SequenceConfig,
+    connection: BaseDatabaseWrapper,
+    count: int = 1,
+    *,
+    integer_key: bool = False,
 ) -> list[int]:
     """``count`` values of row ``config``, in ``connection``'s current ``atomic()`` transaction.
 
-    What a gapless ``SerialField`` or ``SequenceField`` takes at insert.
+    What a gapless ``SerialField`` or ``SequenceField`` takes at insert. For
+    an integer key (``integer_key``) a row created here starts past the
+    largest value already stored in the columns using the sequence.
     """
     from autoseq import gapless
 
@@ -175,7 +181,14 @@ def take_gapless_values(
     store = sequences.store(alias)
     dialect = {"postgresql": "postgresql", "mysql": "mysql", "sqlite": "sqlite"}[connection.vendor]
     table = _table(store, dialect)
-    return gapless.take_with(_runner(connection, dialect), dialect, store, table, config, count)
+    floor = None
+    if integer_key:
+
+        def floor() -> int | None:
+            return sequences._columns_floor(config.name, alias)
+
+    run = _runner(connection, dialect)
+    return gapless.take_with(run, dialect, store, table, config, count, floor)
 
 
 def _table(store: Any, dialect: str) -> sa.Table:

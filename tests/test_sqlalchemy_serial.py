@@ -334,6 +334,38 @@ def test_gapless_sequence_field_is_an_integer_key_given_back_on_rollback(db_url:
         engine.dispose()
 
 
+def test_gapless_sequence_field_starts_past_keys_already_stored(db_url: str) -> None:
+    """A gapless key whose row is created for a table with rows starts past its max()."""
+
+    class Base(DeclarativeBase):
+        pass
+
+    class Ticket(Base):
+        __tablename__ = unique_table("tickets")
+        id: Mapped[int] = SequenceField(primary_key=True, gapless=True)
+
+    engine = sa.create_engine(db_url, connect_args={"timeout": 30} if "sqlite" in db_url else {})
+    Base.metadata.create_all(engine)
+    store = SQLStore(db_url, table=unique_table("sys"))
+    maker = sessionmaker(engine)
+    install(maker, registry=SequenceRegistry(store))
+    try:
+        with maker() as session:
+            session.add_all([Ticket(id=7), Ticket(id=41)])  # explicit keys, no row yet
+            session.commit()
+        with maker() as session:
+            ticket = Ticket()
+            session.add(ticket)
+            session.commit()
+            assert ticket.id == 42
+    finally:
+        uninstall(maker)
+        store.drop_table()
+        store.close()
+        Base.metadata.drop_all(engine)
+        engine.dispose()
+
+
 def test_gapless_sequence_field_refuses_end_and_cycle() -> None:
     """end and cycle have no gapless meaning: refused with InvalidSequenceConfig."""
     with pytest.raises(InvalidSequenceConfig, match="start and step only"):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from django.db import transaction
+from django.db import connections, transaction
 
 from autoseq import GaplessUnavailable
 from django_tests.testapp.models import Receipt, Ticket, Voucher
@@ -121,3 +121,24 @@ def test_gapless_sequence_field_outside_atomic_is_refused(backend: str) -> None:
     with pytest.raises(GaplessUnavailable, match="atomic"):
         Voucher.objects.using(backend).create()
     assert not Voucher.objects.using(backend).exists()
+
+
+@pytest.mark.autoseq_transaction
+def test_gapless_key_row_created_for_a_table_with_rows_starts_past_them(backend: str) -> None:
+    """With no row yet, a gapless key starts past the largest key stored."""
+    from autoseq import gapless
+    from autoseq_django import sequences
+
+    store = sequences.store(sequences.sequence_database(backend))
+    name = Voucher._meta.get_field("id").sequence_name
+    with transaction.atomic(using=backend):
+        Voucher.objects.using(backend).bulk_create([Voucher(id=90), Voucher(id=99)])
+    # No row anywhere, as for a table that had keys before the field existed.
+    if connections[backend].vendor == "sqlite":
+        with connections[backend].cursor() as cursor:
+            cursor.execute("DELETE FROM sys_sequence WHERE name = %s", [name])
+    else:
+        store.delete(name)
+        gapless._created.get(store, set()).discard(name)
+    with transaction.atomic(using=backend):
+        assert Voucher.objects.using(backend).create().pk == 100
