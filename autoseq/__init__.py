@@ -10,6 +10,7 @@ from autoseq import signals
 from autoseq.config import MAX_VALUE, SequenceConfig
 from autoseq.errors import (
     AutoseqError,
+    GaplessUnavailable,  # serials (issue 14)
     InvalidSequenceConfig,
     ReservationConflict,
     SequenceExhausted,
@@ -18,6 +19,7 @@ from autoseq.errors import (
 )
 from autoseq.lock import BufferPolicy, SequenceLock
 from autoseq.registry import SequenceRegistry
+from autoseq.serial import InvalidSerial, Serial  # serials (issue 14)
 from autoseq.stores.base import Block, SequenceStore
 
 __version__ = "0.1.0"
@@ -38,3 +40,4 @@ __all__ = [
     "StoreUnavailable",
     "signals",
 ]
+__all__ += ["GaplessUnavailable", "InvalidSerial", "Serial"]

@@ -123,3 +123,12 @@ class LeaseLost(AutoseqError):
             "be duplicated. Generation resumes once the heartbeat holds a lease again; "
             "check that the store is reachable"
         )
+
+
+class GaplessUnavailable(AutoseqError):
+    """Gapless numbering was asked where no transaction can hold the number back.
+
+    Gapless values are taken in the caller's own transaction, so a rollback
+    gives them back; where there is no such transaction (Redis, autocommit,
+    no connection given) the value would be lost, leaving a gap.
+    """

@@ -131,6 +131,7 @@ def SequenceField(
     batch: bool = True,
     batch_count: int = 100,
     cycle: bool = False,
+    gapless: bool = False,
     **mapped_column_kwargs: Any,
 ) -> MappedColumn[Any]:
     """A ``BigInteger`` mapped column filled from sequence ``sequence`` (default: the table).
@@ -138,7 +139,18 @@ def SequenceField(
     The remaining keyword arguments go to ``mapped_column`` (``primary_key``,
     ``unique``, ``index``, ``nullable``...). The column gets no database-side
     autoincrement: values always come from the sequence or from the user.
+    ``gapless=True`` takes each value in the caller's transaction instead of
+    from a block (docs/serials.md); it takes ``start`` and ``step`` only.
     """
+    if gapless:
+        if end != MAX_VALUE or cycle:
+            raise InvalidSequenceConfig(
+                "SequenceField(gapless=True) takes start and step only: end and cycle "
+                "are not supported for gapless sequences"
+            )
+        from autoseq.serial_sqlalchemy import gapless_sequence_field
+
+        return gapless_sequence_field(sequence, start=start, step=step, **mapped_column_kwargs)
     spec = SequenceSpec(sequence, start, end, step, batch, batch_count, cycle)
     return mapped_column(sa.BigInteger, **_column_kwargs(spec, mapped_column_kwargs))
 
@@ -840,3 +852,9 @@ def include_sequence_table(metadata: sa.MetaData, name: str = "sys_sequence") ->
     if existing is not None:
         return existing
     return sequence_table(name, metadata)
+
+
+# Serial columns (issue 14) live in their own module, re-exported here.
+from autoseq.serial_sqlalchemy import SerialField, serial_column  # noqa: E402
+
+__all__ += ["SerialField", "serial_column"]

@@ -133,6 +133,7 @@ class SequenceField(_BigIntegerField):
         batch: bool | None = None,
         batch_count: int | None = None,
         cycle: bool | None = None,
+        gapless: bool = False,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("blank", True)  # filled on insert, so forms may leave it empty
@@ -141,6 +142,7 @@ class SequenceField(_BigIntegerField):
             # the key out (inline formsets then carry it hidden), and Django
             # REST framework maps it read-only, so no client chooses it.
             kwargs.setdefault("editable", False)
+        self.gapless = gapless  # values taken in the caller's atomic() (autoseq_django.serials)
         self.sequence = sequence
         self.sequence_options: dict[str, Any] = {
             key: value
@@ -177,10 +179,18 @@ class SequenceField(_BigIntegerField):
 
     def take(self, using: str, count: int = 1) -> list[int]:
         """``count`` values for rows written to database ``using``."""
-        if catchup.pending():
-            catchup.flush(self.sequence_name)  # keys loaded meanwhile: move past them first
-        lock = sequences.lock(self.sequence_config, using)
-        values = [lock.next()] if count == 1 else lock.next_many(count)
+        if self.gapless:
+            from django.db import connections
+
+            from autoseq_django.serials import take_gapless_values
+
+            config = self.sequence_config
+            values = take_gapless_values(config, connections[using], count, integer_key=True)
+        else:
+            if catchup.pending():
+                catchup.flush(self.sequence_name)  # keys loaded meanwhile: move past them first
+            lock = sequences.lock(self.sequence_config, using)
+            values = [lock.next()] if count == 1 else lock.next_many(count)
         top = max(values)
         if top > self._known.get(using, _UNKNOWN):
             self._known[using] = top
@@ -285,6 +295,8 @@ class SequenceField(_BigIntegerField):
         if self.sequence is not None:
             kwargs["sequence"] = self.sequence
         kwargs.update(self.sequence_options)
+        if self.gapless:
+            kwargs["gapless"] = True
         return name, path, args, kwargs
 
     # system checks --------------------------------------------------------------
@@ -399,5 +411,7 @@ class SequenceAutoField(SequenceField, _BigAutoField):  # type: ignore[misc]
 
 
 # snowflake ids live in their own module; importable from here too
+# Serial columns (issue 14) live in their own module, re-exported here.
+from autoseq_django.serials import SerialField as SerialField  # noqa: E402
 from autoseq_django.snowflake_fields import SnowflakeAutoField as SnowflakeAutoField  # noqa: E402
 from autoseq_django.snowflake_fields import SnowflakeField as SnowflakeField  # noqa: E402

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from autoseq_mongoengine.adoption import Adoption, adopt, adopt_sequence
     from autoseq_mongoengine.fields import SequenceField
     from autoseq_mongoengine.registry import sequences
+    from autoseq_mongoengine.serials import SerialField
     from autoseq_mongoengine.snowflake import SnowflakeField
 
 _LAZY = {
@@ -27,6 +28,7 @@ _LAZY = {
     "adopt_sequence": "autoseq_mongoengine.adoption",
     "SequenceField": "autoseq_mongoengine.fields",
     "sequences": "autoseq_mongoengine.registry",
+    "SerialField": "autoseq_mongoengine.serials",  # issue 14
     "SnowflakeField": "autoseq_mongoengine.snowflake",
 }
 
@@ -38,4 +40,12 @@ def __getattr__(name: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
-__all__ = ["Adoption", "SequenceField", "SnowflakeField", "adopt", "adopt_sequence", "sequences"]
+__all__ = [
+    "Adoption",
+    "SequenceField",
+    "SerialField",
+    "SnowflakeField",
+    "adopt",
+    "adopt_sequence",
+    "sequences",
+]

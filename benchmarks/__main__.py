@@ -23,6 +23,7 @@ SUITES = (
     "orm_sqlalchemy",
     "orm_django",
     "orm_mongoengine",
+    "serials",
     "scaling",
     "snowflake",
 )

@@ -189,20 +189,33 @@ def run_sqlalchemy(data_dir: str, processes: int, orders: int) -> bool:
     return not any(value for key, value in summary.items() if "duplicate" in key)
 
 
+def run_serials(data_dir: str, processes: int, orders: int) -> bool:
+    """Daily order numbers and gapless yearly invoices (``example_project.serials``)."""
+    from example_project import serials
+
+    print("-- serial numbers: ORD-YYYYMMDD-NNNNN daily, INV-YYYY-NNNNNN gapless per year")
+    url = f"sqlite:///{os.path.join(data_dir, 'serials.db')}"
+    return serials.run(url, processes, orders)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m example_project", description=__doc__)
     parser.add_argument("--processes", type=int, default=4)
     parser.add_argument("--orders", type=int, default=2000, help="orders per process")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
-    parser.add_argument("--only", choices=("django", "sqlalchemy"), help="run one of the two parts")
+    parser.add_argument(
+        "--only", choices=("django", "sqlalchemy", "serials"), help="run one of the parts"
+    )
     args = parser.parse_args(argv)
     data_dir = tempfile.mkdtemp(prefix="autoseq-example-")
     try:
         ok = True
-        if args.only != "sqlalchemy":
+        if args.only in (None, "django"):
             ok = run_django(data_dir, args.processes, args.orders)
-        if args.only != "django":
+        if args.only in (None, "sqlalchemy"):
             ok = run_sqlalchemy(data_dir, args.processes, args.orders) and ok
+        if args.only in (None, "serials"):
+            ok = run_serials(data_dir, args.processes, min(args.orders, 100)) and ok
     finally:
         if args.keep:
             print(f"files kept in {data_dir}")

@@ -54,3 +54,28 @@ class Coupon(models.Model):
     """A key sequence that ends early: keys past its end are somebody else's range."""
 
     id = SequenceField(primary_key=True, end=10**6)
+
+
+# Serials (issue 14) ---------------------------------------------------------------
+from autoseq_django.fields import SerialField  # noqa: E402
+
+
+class Ticket(models.Model):
+    """A daily order-style serial beside a sequence key."""
+
+    id = SequenceField(primary_key=True)
+    number = SerialField("ORD-{date:%Y%m%d}-{n:05d}", period="day", batch_count=5, unique=True)
+
+
+class Receipt(models.Model):
+    """A gapless yearly serial, as invoices need."""
+
+    number = SerialField("RC-{date:%Y}-{n:06d}", period="year", gapless=True, unique=True)
+    amount = models.IntegerField(default=0)
+
+
+class Voucher(models.Model):
+    """A gapless integer key: taken in the caller's atomic(), given back on rollback."""
+
+    id = SequenceField(primary_key=True, gapless=True)
+    amount = models.IntegerField(default=0)

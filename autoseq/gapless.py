@@ -1,0 +1,393 @@
+"""Gapless numbering: each value taken in the caller's transaction, as django-sequences does.
+
+The ``sys_sequence`` row is updated on the caller's own connection, so the
+row stays locked until the caller commits or rolls back: a rollback gives
+the value back and committed values are consecutive. The price is that
+writers of one sequence serialize on its row until they end their
+transactions, which is why callers should take the value as late as they
+can (the ORM integrations take it at insert).
+
+PostgreSQL and SQLite take the values in one ``UPDATE ... RETURNING``;
+MariaDB/MySQL (and any row the one statement cannot prove ordinary: a
+cycle, the end of the range, a missing row) lock it with ``SELECT ... FOR
+UPDATE`` and update it by version. On PostgreSQL and MariaDB the row is the
+store's own table; on SQLite, whose store keeps its table in a companion
+file, gapless rows live in a ``sys_sequence`` table of the application's
+database, so that one commit covers the row and the value.
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError
+
+from autoseq.config import MAX_VALUE, SequenceConfig
+from autoseq.errors import (
+    GaplessUnavailable,
+    ReservationConflict,
+    SequenceExhausted,
+    SequenceNotFound,
+    StoreUnavailable,
+)
+from autoseq.registry import opening_row
+from autoseq.stores.base import check_count, plan_reservation
+from autoseq.stores.sql import SQLStore, _now, sequence_table
+
+_statements: dict[tuple[sa.Table, str], tuple[Any, Any]] = {}
+_locked: dict[sa.Table, tuple[Any, Any]] = {}
+_created: weakref.WeakKeyDictionary[SQLStore, set[str]] = weakref.WeakKeyDictionary()
+_ddl: dict[sa.Table, tuple[Any, Any, Any]] = {}
+_sqlite_tables: weakref.WeakKeyDictionary[SQLStore, sa.Table] = weakref.WeakKeyDictionary()
+
+
+def check_store(store: object, name: str) -> SQLStore:
+    """Return ``store`` if gapless numbering can run on it, else raise ``GaplessUnavailable``."""
+    if isinstance(store, SQLStore):
+        return store
+    raise GaplessUnavailable(
+        f"sequence {name!r}: gapless=True needs a SQLStore, got {type(store).__name__}: "
+        "a gapless value is taken in the caller's SQL transaction so a rollback gives it "
+        "back, and this store has no such transaction; use gapless=False (blocks, gaps "
+        "possible) or a SQL database"
+    )
+
+
+def connection_of(target: Any, name: str) -> Connection:
+    """The SQLAlchemy ``Connection`` of ``target`` (a Connection or an ORM Session)."""
+    if isinstance(target, Connection):
+        connection = target
+    elif target is not None and callable(getattr(target, "connection", None)):
+        connection = target.connection()  # a Session: its transaction's connection
+    else:
+        raise GaplessUnavailable(
+            f"sequence {name!r} is gapless: pass the caller's transaction, "
+            "next(connection=session) or next(connection=conn) inside `with engine.begin()`; "
+            f"got {target!r}"
+        )
+    if connection._is_autocommit_isolation():
+        raise GaplessUnavailable(
+            f"sequence {name!r} is gapless but the connection is in AUTOCOMMIT: the value "
+            "would be committed alone and lost on a later failure; use a transaction"
+        )
+    return connection
+
+
+def _same_database(store: SQLStore, connection: Connection) -> bool:
+    mine, theirs = store.app_url, connection.engine.url
+    if mine.get_backend_name() != theirs.get_backend_name():
+        return False
+    if mine.get_backend_name() == "sqlite":
+        return _real(mine.database) == _real(theirs.database)
+    return (mine.host, mine.port, mine.database) == (theirs.host, theirs.port, theirs.database)
+
+
+def _real(database: str | None) -> str:
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return database or ""
+    return os.path.realpath(database)
+
+
+def _sqlite_table(store: SQLStore) -> sa.Table:
+    """The gapless ``sys_sequence`` table in the application's SQLite file (same columns)."""
+    table = _sqlite_tables.get(store)
+    if table is None:
+        table = _sqlite_tables[store] = sequence_table(store.table_name)
+    return table
+
+
+def _sqlite_ready(run: Run, table: sa.Table) -> None:
+    """Make the gapless table in the caller's SQLite transaction, or add its ``version``.
+
+    In the caller's transaction because it may already hold the file's write
+    lock, which any other connection would wait for. Django's migration made
+    a ``sys_sequence`` for its admin without ``version``; it gets one here.
+    SQLite lets DDL share a transaction, so a rollback undoes this too and
+    the next take does it again.
+    """
+    statements = _ddl.get(table)
+    if statements is None:
+        statements = _ddl[table] = (
+            sa.schema.CreateTable(table, if_not_exists=True),
+            sa.text(f'PRAGMA table_info("{table.name}")'),
+            sa.text(f'ALTER TABLE "{table.name}" ADD COLUMN version BIGINT NOT NULL DEFAULT 0'),
+        )
+    run(statements[0], None)
+    columns, _count = run(statements[1], None)
+    if "version" not in {column["name"] for column in columns}:
+        run(statements[2], None)
+
+
+def _missing_in_sqlite(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return "no such table" in text or "no such column" in text
+
+
+#: Runs one statement in the caller's transaction: ``(rows as mappings, rowcount)``.
+Run = Callable[[Any, "Mapping[str, Any] | None"], "tuple[list[Mapping[str, Any]], int]"]
+
+
+def take(
+    target: Any,
+    store: SQLStore,
+    config: SequenceConfig,
+    count: int = 1,
+    floor: Callable[[], int | None] | None = None,
+) -> list[int]:
+    """``count`` consecutive values of ``config``'s row, in ``target``'s transaction.
+
+    ``target`` is a SQLAlchemy ``Connection`` or ``Session``. The row is
+    created if missing (on SQLite in the caller's transaction, elsewhere
+    committed on the store's own connection, which no caller's rollback can
+    undo), then locked until the caller's transaction ends.
+    """
+    check_count(count, "take")
+    connection = connection_of(target, config.name)
+    if not _same_database(store, connection):
+        raise GaplessUnavailable(
+            f"sequence {config.name!r} is gapless: the connection is to "
+            f"{connection.engine.url.render_as_string(hide_password=True)} but the store "
+            f"keeps its rows in {store.app_url.render_as_string(hide_password=True)}; "
+            "use one database for both"
+        )
+
+    def run(statement: Any, params: Mapping[str, Any] | None) -> tuple[list[Any], int]:
+        result = connection.execute(statement, dict(params or {}))
+        rows = list(result.mappings()) if result.returns_rows else []
+        return rows, result.rowcount
+
+    dialect = connection.dialect.name
+    table = gapless_table(store, dialect)
+    try:
+        return take_with(run, dialect, store, table, config, count, floor)
+    except DBAPIError as exc:
+        raise StoreUnavailable(
+            f"taking a gapless value of {config.name!r} failed: {type(exc).__name__}: "
+            f"{str(exc.orig).strip().splitlines()[0] if exc.orig else exc}; roll the "
+            "transaction back and retry it",
+            name=config.name,
+        ) from exc
+
+
+def gapless_table(store: SQLStore, dialect: str) -> sa.Table:
+    """The table gapless rows of ``store`` live in, on a connection of ``dialect``."""
+    return _sqlite_table(store) if dialect == "sqlite" else store.table
+
+
+def take_with(
+    run: Run,
+    dialect: str,
+    store: SQLStore,
+    table: sa.Table,
+    config: SequenceConfig,
+    count: int,
+    floor: Callable[[], int | None] | None = None,
+) -> list[int]:
+    """The statements of :func:`take`, run by ``run`` in the caller's transaction.
+
+    Shared by the SQLAlchemy path and ``autoseq_django``, which runs the
+    same statements on Django's cursor. ``floor`` returns the largest key
+    already stored (integer keys): a row created here starts past it.
+    """
+    check_count(count, "take")
+    sqlite = dialect == "sqlite"
+    if not sqlite:
+        # Before the caller's connection touches the table: a locking read
+        # of a missing row takes a gap lock on MariaDB, and the store's own
+        # insert would then wait on the caller's transaction forever.
+        known = _created.setdefault(store, set())
+        if config.name not in known:
+            if floor is None or store.read(config.name) is not None:
+                store.create(config)
+            else:
+                store.create(opening_row(config, floor()))
+            known.add(config.name)
+    try:
+        return _take_with(run, dialect, table, config, count, sqlite, floor)
+    except SequenceNotFound:
+        if not sqlite:
+            # Deleted since this process created it: create it again next time.
+            _created.get(store, set()).discard(config.name)
+        raise
+
+
+def _take_with(
+    run: Run,
+    dialect: str,
+    table: sa.Table,
+    config: SequenceConfig,
+    count: int,
+    sqlite: bool,
+    floor: Callable[[], int | None] | None,
+) -> list[int]:
+    for _attempt in range(3):
+        try:
+            values = _update_returning(run, dialect, table, config.name, count)
+        except Exception as exc:
+            # SQLite: the table is made on first use, in the caller's
+            # transaction (see _sqlite_ready); a failed statement leaves
+            # SQLite's transaction as it was, so the take is simply retried.
+            if not (sqlite and _missing_in_sqlite(exc)):
+                raise
+            _sqlite_ready(run, table)
+            values = _update_returning(run, dialect, table, config.name, count)
+        if values is None:
+            values = _update_locked(run, table, config, count, sqlite, floor)
+        if values is not None:
+            return values
+    raise ReservationConflict(
+        f"sequence {config.name!r}: the gapless row kept changing under its lock; is the "
+        "isolation level one this database supports for gapless numbering "
+        "(see docs/serials.md)?",
+        name=config.name,
+    )
+
+
+def _guarded_statements(table: sa.Table, dialect: str) -> tuple[Any, Any]:
+    """The one-statement update of an ordinary row, and how to read the result back.
+
+    Like the store's one-statement reservation it touches only a row it can
+    prove ordinary (not cycling, ``current`` aligned within ``[start, end]``,
+    ``count`` values left, no sum past 2**63), but with constants written
+    into the SQL: each gapless value is a statement inside someone's
+    transaction, so it is kept as short to parse and plan as it can be.
+    Anything else goes to :func:`_update_locked`. PostgreSQL and SQLite
+    return ``current`` and ``step`` from the ``UPDATE``; MariaDB has no
+    ``UPDATE ... RETURNING``, so a locking read of the row this transaction
+    now holds follows it.
+    """
+    key = (table, dialect)
+    found = _statements.get(key)
+    if found is None:
+        c = table.c
+        span = sa.bindparam("span", type_=sa.BigInteger)
+        top = sa.literal_column(str(MAX_VALUE), sa.BigInteger) - c.step
+        zero = sa.literal_column("0", sa.BigInteger)
+        update = (
+            sa.update(table)
+            .where(
+                c.name == sa.bindparam("seq_name", type_=c.name.type),
+                c.cycle == sa.false(),
+                c.step >= sa.literal_column("1", sa.BigInteger),
+                c.start >= zero,
+                c.current >= c.start,
+                c.current <= c.end,
+                c.current <= top,
+                (c.current - c.start) % c.step == zero,
+                (c.end - c.current) // c.step >= span,
+                (top - c.current) // c.step >= span,
+            )
+            .values(
+                current=c.current + sa.bindparam("count", type_=sa.BigInteger) * c.step,
+                updated_at=sa.bindparam("now", type_=c.updated_at.type),
+                version=c.version + 1,
+            )
+        )
+        returning = dialect in ("postgresql", "sqlite")
+        if dialect == "sqlite":
+            import sqlite3
+
+            returning = sqlite3.sqlite_version_info >= (3, 35)
+        if returning:
+            found = (update.returning(c.current, c.step), None)
+        else:
+            read = (
+                sa.select(c.current, c.step)
+                .where(c.name == sa.bindparam("seq_name"))
+                .with_for_update()
+            )
+            found = (update, read)
+        _statements[key] = found
+    return found
+
+
+def _update_returning(
+    run: Run, dialect: str, table: sa.Table, name: str, count: int
+) -> list[int] | None:
+    update, read = _guarded_statements(table, dialect)
+    params = {"seq_name": name, "count": count, "span": count - 1, "now": _now()}
+    rows, updated = run(update, params)
+    if read is not None:
+        if updated != 1:
+            return None
+        rows, _count = run(read, {"seq_name": name})
+    if not rows:
+        return None
+    step, after = int(rows[0]["step"]), int(rows[0]["current"])
+    return list(range(after - count * step, after, step))
+
+
+def _locked_statements(table: sa.Table) -> tuple[Any, Any]:
+    """``SELECT ... FOR UPDATE`` and the versioned ``UPDATE``, built once per table.
+
+    Built with bound parameters so each is compiled once (SQLAlchemy's cache,
+    or the Django runner's) however many values are taken.
+    """
+    found = _locked.get(table)
+    if found is None:
+        t = table
+        select = sa.select(t).where(t.c.name == sa.bindparam("seq_name")).with_for_update()
+        update = (
+            sa.update(t)
+            .where(
+                t.c.name == sa.bindparam("seq_name"),
+                t.c.version == sa.bindparam("seen_version", type_=sa.BigInteger),
+            )
+            .values(
+                current=sa.bindparam("new_current", type_=sa.BigInteger),
+                updated_at=sa.bindparam("now", type_=t.c.updated_at.type),
+                version=t.c.version + 1,
+            )
+        )
+        found = _locked[table] = (select, update)
+    return found
+
+
+def _update_locked(
+    run: Run,
+    table: sa.Table,
+    config: SequenceConfig,
+    count: int,
+    sqlite: bool,
+    floor: Callable[[], int | None] | None = None,
+) -> list[int] | None:
+    select, update = _locked_statements(table)
+    name = {"seq_name": config.name}
+    rows, _count = run(select, name)
+    if not rows:
+        if not sqlite:
+            raise SequenceNotFound(
+                config.name, "its row was deleted while in use; roll back and retry"
+            )
+        opening = opening_row(config, floor()) if floor is not None else config
+        values = opening.as_row() | {"updated_at": _now(), "version": 0}
+        run(sa.insert(table).prefix_with("OR IGNORE").values(values), None)
+        rows, _count = run(select, name)
+        if not rows:  # pragma: no cover - the insert above is in this transaction
+            raise SequenceNotFound(config.name, "it was deleted while being created")
+    row = rows[0]
+    block, new_current = plan_reservation(SequenceConfig.from_row(row), count)
+    if block.count < count:
+        raise SequenceExhausted(config.name, block.last + block.step, block.row.end)
+    params = name | {"seen_version": row["version"], "new_current": new_current, "now": _now()}
+    _rows, updated = run(update, params)
+    if updated != 1:
+        return None
+    return list(block.values())
+
+
+def lock_order(names: Iterable[str]) -> list[str]:
+    """The order in which one transaction takes several gapless sequences: by name.
+
+    Two transactions that lock the same rows in one order wait for each
+    other instead of deadlocking.
+    """
+    return sorted(set(names))
+
+
+__all__ = ["check_store", "connection_of", "gapless_table", "lock_order", "take", "take_with"]

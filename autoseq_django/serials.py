@@ -1,0 +1,263 @@
+"""``SerialField``: a ``CharField`` filled with an :class:`autoseq.Serial` value on insert.
+
+The value is taken when the INSERT is compiled (``save()``, ``create()``,
+``bulk_create()``), never when an instance is built, from the sequence
+database of the connection running it. A value the user set is kept. With
+``gapless=True`` the number is taken on Django's own connection, inside the
+caller's ``atomic()`` block, with the statements of :mod:`autoseq.gapless`:
+the row stays locked until that block's transaction ends, a rollback gives
+the number back, and autocommit outside ``atomic()`` is refused.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from datetime import datetime, tzinfo
+from typing import TYPE_CHECKING, Any
+
+from django.db import models
+
+from autoseq import GaplessUnavailable, SequenceConfig, SequenceRegistry, Serial
+from autoseq.serial import _Template
+from autoseq.stores import MemoryStore
+from autoseq_django import sequences
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
+    from django.db.backends.base.base import BaseDatabaseWrapper
+
+    from autoseq.gapless import Run
+
+    _CharField = models.CharField[str | None, str]
+else:
+    _CharField = models.CharField
+
+
+class _Pending:
+    """What ``pre_save`` hands the INSERT compiler for a row without a serial."""
+
+    __slots__ = ("instance",)
+
+    def __init__(self, instance: models.Model) -> None:
+        self.instance = instance
+
+
+class SerialField(_CharField):
+    """A string column filled on insert from a serial: ``SerialField("INV-{date:%Y}-{n:05d}")``.
+
+    ``max_length`` defaults to the longest serial the template makes. The
+    serial is named ``sequence``, else ``<db_table>.<field name>``; the
+    other arguments are :class:`autoseq.Serial`'s.
+    """
+
+    description = "Serial number taken from a named sequence in sys_sequence"
+
+    def __init__(
+        self,
+        template: str,
+        *args: Any,
+        sequence: str | None = None,
+        period: str | None = None,
+        tz: str | tzinfo = "UTC",
+        start: int = 1,
+        step: int = 1,
+        batch_count: int = 100,
+        gapless: bool = False,
+        cycle: bool = False,
+        clock: Callable[[], datetime] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self.serial_options: dict[str, Any] = {
+            "period": period,
+            "tz": tz,
+            "start": start,
+            "step": step,
+            "batch_count": batch_count,
+            "cycle": cycle,
+            "clock": clock,
+        }
+        # Refuse a bad template or setting where the model is declared.
+        Serial(SequenceRegistry(MemoryStore()), sequence or "x", template, **self.serial_options)
+        self.template = template
+        self.sequence = sequence
+        self.gapless = gapless
+        kwargs.setdefault("max_length", _Template(template, period).max_length)
+        kwargs.setdefault("blank", True)  # filled on insert, so forms may leave it empty
+        self._serials: dict[int, Serial] = {}
+        self._guard = threading.Lock()
+        super().__init__(*args, **kwargs)
+
+    @property
+    def serial_name(self) -> str:
+        """The serial's name: ``sequence`` or ``<db_table>.<field name>``."""
+        return self.sequence or f"{self.model._meta.db_table}.{self.name}"
+
+    def serial(self, alias: str) -> Serial:
+        """The :class:`Serial` serving rows written to database ``alias``."""
+        registry = sequences.registry(sequences.sequence_database(alias))
+        found = self._serials.get(id(registry))
+        if found is None or found.registry is not registry:
+            with self._guard:
+                found = Serial(registry, self.serial_name, self.template, **self.serial_options)
+                self._serials[id(registry)] = found
+        return found
+
+    def take(self, connection: BaseDatabaseWrapper) -> str:
+        """The next serial for a row written through ``connection``."""
+        serial = self.serial(connection.alias)
+        if not self.gapless:
+            return serial.next()
+        return take_gapless(serial, connection)
+
+    # Django hooks ---------------------------------------------------------------
+
+    def pre_save(self, model_instance: models.Model, add: bool) -> Any:
+        value = getattr(model_instance, self.attname)
+        if add and value in (None, ""):
+            return _Pending(model_instance)
+        return value
+
+    def get_db_prep_save(self, value: Any, connection: BaseDatabaseWrapper) -> Any:
+        if isinstance(value, _Pending):
+            taken = self.take(connection)
+            setattr(value.instance, self.attname, taken)
+            value = taken
+        return super().get_db_prep_save(value, connection)
+
+    def deconstruct(self) -> Any:
+        name, _path, args, kwargs = super().deconstruct()
+        kwargs.pop("blank", None)
+        kwargs["template"] = self.template
+        if self.sequence is not None:
+            kwargs["sequence"] = self.sequence
+        if self.gapless:
+            kwargs["gapless"] = True
+        defaults = {"period": None, "tz": "UTC", "start": 1, "step": 1}
+        defaults |= {"batch_count": 100, "cycle": False, "clock": None}
+        kwargs.update({k: v for k, v in self.serial_options.items() if defaults[k] != v})
+        return name, "autoseq_django.fields.SerialField", args, kwargs
+
+
+# gapless on Django's connection ----------------------------------------------------
+
+_tables: dict[tuple[int, str], sa.Table] = {}
+
+
+def take_gapless(serial: Serial, connection: BaseDatabaseWrapper) -> str:
+    """The next gapless serial, in ``connection``'s current ``atomic()`` transaction."""
+    day = serial._now()
+    (value,) = take_gapless_values(serial.row_config(day), connection, 1)
+    return serial.format(value, day)
+
+
+def take_gapless_values(
+    config: SequenceConfig,
+    connection: BaseDatabaseWrapper,
+    count: int = 1,
+    *,
+    integer_key: bool = False,
+) -> list[int]:
+    """``count`` values of row ``config``, in ``connection``'s current ``atomic()`` transaction.
+
+    What a gapless ``SerialField`` or ``SequenceField`` takes at insert. For
+    an integer key (``integer_key``) a row created here starts past the
+    largest value already stored in the columns using the sequence.
+    """
+    from autoseq import gapless
+
+    if not connection.in_atomic_block:
+        raise GaplessUnavailable(
+            f"sequence {config.name!r} is gapless but the save runs in autocommit: wrap it "
+            "in transaction.atomic() so the number is given back if the transaction fails"
+        )
+    alias = connection.alias
+    if sequences.sequence_database(alias) != alias:
+        raise GaplessUnavailable(
+            f"sequence {config.name!r} is gapless but its sequences live in database "
+            f"{sequences.sequence_database(alias)!r}, not {alias!r} where the row is written; "
+            "a gapless number must be in the same transaction as the row"
+        )
+    store = sequences.store(alias)
+    dialect = {"postgresql": "postgresql", "mysql": "mysql", "sqlite": "sqlite"}[connection.vendor]
+    table = _table(store, dialect)
+    floor = None
+    if integer_key:
+
+        def floor() -> int | None:
+            return sequences._columns_floor(config.name, alias)
+
+    run = _runner(connection, dialect)
+    return gapless.take_with(run, dialect, store, table, config, count, floor)
+
+
+def _table(store: Any, dialect: str) -> sa.Table:
+    from autoseq.stores.sql import sequence_table
+
+    if dialect != "sqlite":
+        table: sa.Table = store.table
+        return table
+    key = (id(store), store.table_name)
+    found = _tables.get(key)
+    if found is None:
+        found = _tables[key] = sequence_table(store.table_name)
+    return found
+
+
+_dialects: dict[str, Any] = {}
+
+
+class _Prepared:
+    """A statement compiled once for Django's cursor: its SQL and how to order its values."""
+
+    __slots__ = ("defaults", "order", "processors", "sql", "statement")
+
+    def __init__(self, statement: Any, dialect: Any) -> None:
+        compiled = statement.compile(dialect=dialect)
+        self.statement = statement
+        self.sql = str(compiled)
+        self.order: tuple[str, ...] = tuple(getattr(compiled, "positiontup", None) or ())
+        binds = getattr(compiled, "binds", {})  # DDL has none
+        # Literals inside the statement (sa.literal, false()) carry their own values.
+        self.defaults = {key: binds[key].value for key in self.order if key in binds}
+        processors = getattr(compiled, "_bind_processors", {})
+        self.processors = [processors.get(key) for key in self.order]
+
+    def args(self, params: Mapping[str, Any] | None) -> list[Any]:
+        values = {**self.defaults, **params} if params else self.defaults
+        out = []
+        for key, processor in zip(self.order, self.processors, strict=True):
+            value = values[key]
+            out.append(processor(value) if processor is not None and value is not None else value)
+        return out
+
+
+#: Prepared statements by (id, dialect), holding the statement so its id stays its own.
+_compiled: dict[tuple[int, str], _Prepared] = {}
+
+
+def _runner(connection: BaseDatabaseWrapper, dialect_name: str) -> Run:
+    """Run SQLAlchemy Core statements on Django's cursor, in Django's transaction."""
+    dialect = _dialects.get(dialect_name)
+    if dialect is None:
+        from sqlalchemy.dialects import mysql, postgresql, sqlite
+
+        module = {"postgresql": postgresql, "mysql": mysql, "sqlite": sqlite}[dialect_name]
+        dialect = _dialects[dialect_name] = module.dialect(paramstyle="format")
+
+    def run(statement: Any, params: Mapping[str, Any] | None) -> tuple[list[Any], int]:
+        prepared = _compiled.get((id(statement), dialect_name))
+        if prepared is None or prepared.statement is not statement:
+            prepared = _Prepared(statement, dialect)
+            if len(_compiled) < 1000:  # statements built per call are not worth keeping
+                _compiled[id(statement), dialect_name] = prepared
+        with connection.cursor() as cursor:
+            cursor.execute(prepared.sql, prepared.args(params))
+            description = cursor.description
+            rows: list[Mapping[str, Any]] = []
+            if description:
+                names = [column[0] for column in description]
+                rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+            return rows, cursor.rowcount
+
+    return run

@@ -1,0 +1,144 @@
+"""Django ``SerialField``: serials on save, create and bulk_create; gapless in atomic()."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connections, transaction
+
+from autoseq import GaplessUnavailable
+from django_tests.testapp.models import Receipt, Ticket, Voucher
+
+
+class Rollback(Exception):
+    """Raised inside atomic() to roll it back."""
+
+
+def counters(alias: str, model: type, numbers: list[str]) -> list[int]:
+    serial = model._meta.get_field("number").serial(alias)
+    return [serial.parse(number)[1] for number in numbers]
+
+
+def test_max_length_is_derived_from_the_template() -> None:
+    """SerialField's max_length fits the longest serial of its template."""
+    assert Ticket._meta.get_field("number").max_length == len("ORD-20261124-00001")
+
+
+def test_every_insert_path_takes_consecutive_serials(backend: str) -> None:
+    """save(), create() and bulk_create() take the next serials of today, in order."""
+    first = Ticket()
+    first.save(using=backend)
+    second = Ticket.objects.using(backend).create()
+    bulk = Ticket.objects.using(backend).bulk_create([Ticket() for _ in range(7)])
+    numbers = [first.number, second.number, *(t.number for t in bulk)]
+    taken = counters(backend, Ticket, numbers)
+    assert taken == list(range(taken[0], taken[0] + 9))
+    stored = sorted(Ticket.objects.using(backend).values_list("number", flat=True))
+    assert stored == sorted(numbers)
+
+
+def test_an_explicit_serial_is_kept(backend: str) -> None:
+    """A number the user set is stored as given, in save and bulk_create."""
+    Ticket.objects.using(backend).create(number="OLD-1")
+    Ticket.objects.using(backend).bulk_create([Ticket(number="OLD-2")])
+    assert set(Ticket.objects.using(backend).values_list("number", flat=True)) == {
+        "OLD-1",
+        "OLD-2",
+    }
+
+
+def test_gapless_rollback_gives_the_number_back(backend: str) -> None:
+    """A gapless number taken in a rolled-back atomic() block is taken again next time."""
+    with transaction.atomic(using=backend):
+        kept = Receipt.objects.using(backend).create()
+    lost: list[Receipt] = []
+
+    def take_then_fail() -> None:
+        with transaction.atomic(using=backend):
+            lost.append(Receipt.objects.using(backend).create())
+            raise Rollback
+
+    with pytest.raises(Rollback):
+        take_then_fail()
+    with transaction.atomic(using=backend):
+        again = Receipt.objects.using(backend).create()
+        bulk = Receipt.objects.using(backend).bulk_create([Receipt(), Receipt()])
+    taken = counters(backend, Receipt, [kept.number, lost[0].number, again.number])
+    assert taken[1] == taken[2] == taken[0] + 1
+    assert counters(backend, Receipt, [r.number for r in bulk]) == [taken[0] + 2, taken[0] + 3]
+
+
+@pytest.mark.autoseq_transaction
+def test_gapless_outside_atomic_is_refused(backend: str) -> None:
+    """In autocommit, outside atomic(), a gapless save raises GaplessUnavailable."""
+    with pytest.raises(GaplessUnavailable, match="atomic"):
+        Receipt.objects.using(backend).create()
+    assert not Receipt.objects.using(backend).exists()
+
+
+@pytest.mark.autoseq_transaction
+def test_gapless_commits_are_consecutive_with_rollbacks_between(backend: str) -> None:
+    """Real transactions, every third rolled back: committed numbers have no gap."""
+    for i in range(9):
+        try:
+            with transaction.atomic(using=backend):
+                Receipt.objects.using(backend).create(amount=i)
+                if i % 3 == 2:
+                    raise Rollback
+        except Rollback:
+            pass
+    numbers = list(Receipt.objects.using(backend).values_list("number", flat=True))
+    taken = sorted(counters(backend, Receipt, numbers))
+    assert taken == list(range(taken[0], taken[0] + 6))
+
+
+def test_gapless_sequence_field_gives_keys_back_on_rollback(backend: str) -> None:
+    """SequenceField(gapless=True): keys taken in atomic(), a rolled-back one taken again."""
+    with transaction.atomic(using=backend):
+        first = Voucher.objects.using(backend).create().pk
+    lost: list[int] = []
+
+    def take_then_fail() -> None:
+        with transaction.atomic(using=backend):
+            lost.append(Voucher.objects.using(backend).create().pk)
+            raise Rollback
+
+    with pytest.raises(Rollback):
+        take_then_fail()
+    with transaction.atomic(using=backend):
+        bulk = Voucher.objects.using(backend).bulk_create([Voucher(), Voucher()])
+    assert lost == [first + 1]
+    assert [v.pk for v in bulk] == [first + 1, first + 2]
+    assert sorted(Voucher.objects.using(backend).values_list("pk", flat=True)) == [
+        first,
+        first + 1,
+        first + 2,
+    ]
+
+
+@pytest.mark.autoseq_transaction
+def test_gapless_sequence_field_outside_atomic_is_refused(backend: str) -> None:
+    """A gapless key in autocommit raises GaplessUnavailable and inserts nothing."""
+    with pytest.raises(GaplessUnavailable, match="atomic"):
+        Voucher.objects.using(backend).create()
+    assert not Voucher.objects.using(backend).exists()
+
+
+@pytest.mark.autoseq_transaction
+def test_gapless_key_row_created_for_a_table_with_rows_starts_past_them(backend: str) -> None:
+    """With no row yet, a gapless key starts past the largest key stored."""
+    from autoseq import gapless
+    from autoseq_django import sequences
+
+    store = sequences.store(sequences.sequence_database(backend))
+    name = Voucher._meta.get_field("id").sequence_name
+    with transaction.atomic(using=backend):
+        Voucher.objects.using(backend).bulk_create([Voucher(id=90), Voucher(id=99)])
+    # No row anywhere, as for a table that had keys before the field existed.
+    if connections[backend].vendor == "sqlite":
+        with connections[backend].cursor() as cursor:
+            cursor.execute("DELETE FROM sys_sequence WHERE name = %s", [name])
+    else:
+        store.delete(name)
+        gapless._created.get(store, set()).discard(name)
+    with transaction.atomic(using=backend):
+        assert Voucher.objects.using(backend).create().pk == 100

@@ -1,0 +1,176 @@
+"""Gapless serials: each value taken in the caller's transaction, given back on rollback."""
+
+from __future__ import annotations
+
+import multiprocessing
+import random
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from backends import unique_table
+from sqlalchemy.orm import Session
+
+from autoseq import GaplessUnavailable, SequenceExhausted, Serial
+from autoseq.stores import SQLStore
+
+
+@pytest.fixture
+def store(db_url: str) -> Iterator[SQLStore]:
+    """A SQLStore on each SQL backend, its table dropped afterwards."""
+    sql = SQLStore(db_url, table=unique_table())
+    sql.create_table()
+    yield sql
+    sql.drop_table()
+    sql.close()
+
+
+@pytest.fixture
+def engine(db_url: str) -> Iterator[sa.Engine]:
+    """The application's own engine on the same database."""
+    app = _engine(db_url)
+    yield app
+    app.dispose()
+
+
+def _engine(url: str) -> sa.Engine:
+    if url.startswith("sqlite"):
+        return sa.create_engine(url, connect_args={"timeout": 60})
+    return sa.create_engine(url)
+
+
+def _numbers_table(name: str) -> sa.Table:
+    return sa.Table(
+        name,
+        sa.MetaData(),
+        sa.Column("serial", sa.String(40), primary_key=True),
+        sa.Column("pid", sa.Integer),
+    )
+
+
+def test_a_rollback_gives_the_number_back(store: SQLStore, engine: sa.Engine) -> None:
+    """A value taken in a rolled-back transaction is handed out again."""
+    serial = Serial(store, "inv", "G{n:05d}", gapless=True)
+    with engine.begin() as connection:
+        assert serial.next(connection) == "G00001"
+    with engine.connect() as connection:
+        assert serial.next(connection) == "G00002"
+        connection.rollback()
+    with engine.begin() as connection:
+        assert serial.next(connection) == "G00002"
+        assert serial.next_many(2, connection) == ["G00003", "G00004"]
+    # Gapless rows are never buffered: the row's current is the next value.
+    with engine.connect() as connection:
+        table = sa.table("sys_sequence", sa.column("name"), sa.column("current"))
+        table.name = store.table_name
+        current = connection.execute(
+            sa.select(table.c.current).where(table.c.name == "inv")
+        ).scalar()
+    assert current == 5
+
+
+def test_a_session_is_the_transaction(store: SQLStore, engine: sa.Engine) -> None:
+    """An ORM Session can be passed: its transaction holds the number."""
+    serial = Serial(store, "s", "S{n}", gapless=True)
+    with Session(engine) as session:
+        assert serial.next(session) == "S1"
+        session.rollback()
+        assert serial.next(session) == "S1"
+        session.commit()
+    with Session(engine) as session, session.begin():
+        assert serial.next(session) == "S2"
+
+
+def test_gapless_periods_use_one_row_each(store: SQLStore, engine: sa.Engine) -> None:
+    """A gapless yearly serial restarts at 1 in a new year, in its own row."""
+    clock_now = [datetime(2026, 12, 31, 23, 0, tzinfo=UTC)]
+    serial = Serial(
+        store, "y", "INV-{date:%Y}-{n:04d}", period="year", gapless=True, clock=lambda: clock_now[0]
+    )
+    with engine.begin() as connection:
+        assert serial.next(connection) == "INV-2026-0001"
+        clock_now[0] = datetime(2027, 1, 1, 0, 0, tzinfo=UTC)
+        assert serial.next(connection) == "INV-2027-0001"
+
+
+def test_gapless_width_overflow_raises_and_cycle_wraps(store: SQLStore, engine: sa.Engine) -> None:
+    """{n:01d} ends at 9: then SequenceExhausted, or with cycle=True back to start."""
+    ending = Serial(store, "e", "E{n:01d}", start=8, gapless=True)
+    cycling = Serial(store, "c", "C{n:01d}", start=8, gapless=True, cycle=True)
+    with engine.begin() as connection:
+        assert [ending.next(connection) for _ in range(2)] == ["E8", "E9"]
+        assert [cycling.next(connection) for _ in range(3)] == ["C8", "C9", "C8"]
+    with engine.begin() as connection, pytest.raises(SequenceExhausted):
+        ending.next(connection)
+
+
+def test_no_transaction_is_refused(store: SQLStore, engine: sa.Engine) -> None:
+    """Without a connection, or in AUTOCOMMIT, a gapless value is refused, never taken."""
+    serial = Serial(store, "r", "R{n}", gapless=True)
+    with pytest.raises(GaplessUnavailable, match="pass the caller's transaction"):
+        serial.next()
+    auto = engine.execution_options(isolation_level="AUTOCOMMIT")
+    with auto.connect() as connection, pytest.raises(GaplessUnavailable, match="AUTOCOMMIT"):
+        serial.next(connection)
+
+
+def test_a_connection_to_another_database_is_refused(
+    store: SQLStore, tmp_path: Any, engine: sa.Engine
+) -> None:
+    """The caller's connection must reach the store's database."""
+    other = sa.create_engine(f"sqlite:///{tmp_path / 'other.db'}")
+    serial = Serial(store, "o", "O{n}", gapless=True)
+    with other.begin() as connection:
+        if store.dialect == "sqlite" and str(store.app_url) == str(other.url):
+            pytest.skip("same file")
+        with pytest.raises(GaplessUnavailable, match="use one database for both"):
+            serial.next(connection)
+    other.dispose()
+
+
+def _gapless_writer(url: str, table: str, numbers: str, seed: int, count: int) -> None:
+    store = SQLStore(url, table=table)
+    engine = _engine(url)
+    serial = Serial(store, "g", "G{n:06d}", gapless=True)
+    data = _numbers_table(numbers)
+    rng = random.Random(seed)
+    import os
+
+    for _ in range(count):
+        with engine.connect() as connection:
+            value = serial.next(connection)
+            connection.execute(sa.insert(data).values(serial=value, pid=os.getpid()))
+            if rng.random() < 0.3:
+                connection.rollback()
+            else:
+                connection.commit()
+    engine.dispose()
+    store.close()
+
+
+def test_six_processes_with_random_rollbacks_commit_exactly_one_to_k(
+    store: SQLStore, engine: sa.Engine, db_url: str
+) -> None:
+    """6 processes, 30% of transactions rolled back: committed serials are exactly 1..K."""
+    numbers = unique_table("numbers")
+    data = _numbers_table(numbers)
+    data.create(engine)
+    context = multiprocessing.get_context("fork")
+    workers = [
+        context.Process(target=_gapless_writer, args=(db_url, store.table_name, numbers, seed, 25))
+        for seed in range(6)
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(120)
+        assert worker.exitcode == 0
+    with engine.connect() as connection:
+        rows = connection.execute(sa.select(data.c.serial, data.c.pid)).all()
+    data.drop(engine)
+    counters = sorted(int(serial[1:]) for serial, _ in rows)
+    assert 6 * 25 * 0.4 < len(counters) < 6 * 25
+    assert counters == list(range(1, len(counters) + 1))
+    assert len({pid for _, pid in rows}) == 6
