@@ -37,6 +37,12 @@ Every metric has a ``store`` label (the store's URL without a password, as
 ``autoseq_exhausted_total``               counter  reservations refused at ``end``
 ``autoseq_cycled_total``                  counter  wraps from ``end`` to ``start``
 ``autoseq_released_values_total``         counter  unused values handed back on close
+``autoseq_worker_leases_acquired_total``  counter  snowflake worker-id leases taken (``sequence``
+                                                   is the snowflake layout's name)
+``autoseq_worker_leases_lost_total``      counter  leases lost (not renewed in time, taken over)
+``autoseq_worker_lease_held``             gauge    1 while a generator holds its lease, per
+                                                   generator of this process (``worker`` label)
+``autoseq_snowflake_years_left``          gauge    years until the layout's timestamp bits end
 ========================================  =======  ===============================================
 
 This module imports prometheus_client; ``import autoseq`` never imports it.
@@ -131,6 +137,13 @@ class AutoseqMetrics(Collector):
         self.exhausted = counter("exhausted", "Reservations refused at end (no cycle).")
         self.cycled = counter("cycled", "Reservations that wrapped from end to start.")
         self.released_values = counter("released_values", "Unused values handed back on close.")
+        self.leases_acquired = counter(
+            "worker_leases_acquired", "Snowflake worker-id leases taken by this process."
+        )
+        self.leases_lost = counter(
+            "worker_leases_lost", "Snowflake worker-id leases lost (not renewed in time)."
+        )
+        self._generators: weakref.WeakSet[Any] = weakref.WeakSet()
         registry.register(self)
         signals.block_reserved.connect(self._on_reserved)
         signals.prefetch_failed.connect(self._on_prefetch_failed)
@@ -138,6 +151,8 @@ class AutoseqMetrics(Collector):
         signals.sequence_exhausted.connect(self._on_exhausted)
         signals.sequence_cycled.connect(self._on_cycled)
         signals.block_released.connect(self._on_released)
+        signals.worker_lease_acquired.connect(self._on_lease_acquired)
+        signals.worker_lease_lost.connect(self._on_lease_lost)
 
     # what the signals say ------------------------------------------------------
 
@@ -192,6 +207,16 @@ class AutoseqMetrics(Collector):
         self.released_values.labels(*self._key(sender, kw["name"])).inc(int(kw["count"]))
         with self._guard:
             self._released[id(sender)] = self._released.get(id(sender), 0) + int(kw["count"])
+
+    def _on_lease_acquired(self, sender: Any, **kw: Any) -> None:
+        self.leases_acquired.labels(*self._key(sender, kw["name"])).inc()
+        with self._guard:
+            self._generators.add(sender)
+
+    def _on_lease_lost(self, sender: Any, **kw: Any) -> None:
+        self.leases_lost.labels(*self._key(sender, kw["name"])).inc()
+        with self._guard:
+            self._generators.add(sender)
 
     def _down(self, key: _Key) -> None:
         with self._guard:
@@ -314,6 +339,34 @@ class AutoseqMetrics(Collector):
             down.add_metric(list(key), seconds)
             up.add_metric(list(key), 0.0 if key in failing else 1.0)
         yield from (served, waits, left, buffered, rate, ready, up, down)
+        yield from self._collect_generators()
+
+    def _collect_generators(self) -> Iterator[Metric]:
+        """Lease state and lifetime of each snowflake generator that took a lease here."""
+        ns = self.namespace
+        held = GaugeMetricFamily(
+            f"{ns}_worker_lease_held",
+            "1 while the generator holds its worker-id lease, else 0.",
+            labels=[*LABELS, "worker"],
+        )
+        years = GaugeMetricFamily(
+            f"{ns}_snowflake_years_left",
+            "Years until the layout's timestamp bits run out.",
+            labels=LABELS,
+        )
+        with self._guard:
+            generators = list(self._generators)
+        lifetimes: dict[_Key, float] = {}
+        for generator in generators:
+            key = self._key(generator, generator.name)
+            worker = generator.worker_id
+            held.add_metric(
+                [*key, "-" if worker is None else str(worker)], float(worker is not None)
+            )
+            lifetimes[key] = min(lifetimes.get(key, generator.years_left), generator.years_left)
+        for key, value in sorted(lifetimes.items()):
+            years.add_metric(list(key), value)
+        yield from (held, years)
 
     def describe(self) -> Iterable[Metric]:
         """Nothing up front: the names are in ``collect`` (no stats are read at register)."""

@@ -246,3 +246,29 @@ def test_the_asgi_app_serves_the_same_metrics() -> None:
     assert (
         b'autoseq_reservations_total{mode="caller",sequence="asgi",store="MemoryStore"} 1.0' in body
     )
+
+
+def test_snowflake_leases_and_lifetime_are_scraped(db_url: str, scrape: Scrape) -> None:
+    """A generator's lease: acquired counted, held while open, 0 after close; years left shown."""
+    from autoseq.snowflake import Snowflake
+
+    store = SQLStore(db_url, table=unique_table())
+    store.create_table()
+    name = unique_table("flake")
+    generator = Snowflake(store, name=name, lease_ttl=30.0)
+    try:
+        generator.next()
+        worker = str(generator.worker_id)
+        open_ = scrape()
+        assert value(open_, "autoseq_worker_leases_acquired_total", sequence=name) == 1
+        assert value(open_, "autoseq_worker_lease_held", sequence=name, worker=worker) == 1
+        years = value(open_, "autoseq_snowflake_years_left", sequence=name)
+        assert abs(years - generator.years_left) < 0.01
+        assert years > 10
+    finally:
+        generator.close()
+    closed = scrape()
+    assert value(closed, "autoseq_worker_lease_held", sequence=name, worker="-") == 0
+    assert value(closed, "autoseq_worker_leases_lost_total", sequence=name) == 0
+    store.drop_table()
+    store.close()
