@@ -42,7 +42,7 @@ from autoseq.stores.sql import SQLStore, _now, sequence_table
 _statements: dict[tuple[sa.Table, str], tuple[Any, Any]] = {}
 _locked: dict[sa.Table, tuple[Any, Any]] = {}
 _created: weakref.WeakKeyDictionary[SQLStore, set[str]] = weakref.WeakKeyDictionary()
-_ddl: dict[sa.Table, tuple[Any, Any, Any]] = {}
+_ddl: dict[sa.Table, Any] = {}
 _sqlite_tables: weakref.WeakKeyDictionary[SQLStore, sa.Table] = weakref.WeakKeyDictionary()
 
 
@@ -93,34 +93,32 @@ def _real(database: str | None) -> str:
     return os.path.realpath(database)
 
 
-def _sqlite_table(store: SQLStore) -> sa.Table:
-    """The gapless ``sys_sequence`` table in the application's SQLite file (same columns)."""
+def sqlite_table(store: SQLStore) -> sa.Table:
+    """The gapless rows' table in the application's SQLite file: ``<table>_gapless``.
+
+    The store's own table lives in the companion file, which a transaction
+    of the application's file does not cover. Same columns; named apart and
+    qualified with ``main`` so that it is never confused with the companion's
+    ``sys_sequence`` when a connection has it attached (Django does, read-only).
+    """
     table = _sqlite_tables.get(store)
     if table is None:
-        table = _sqlite_tables[store] = sequence_table(store.table_name)
+        plain = sequence_table(f"{store.table_name}_gapless")
+        table = _sqlite_tables[store] = plain.to_metadata(sa.MetaData(), schema="main")
     return table
 
 
 def _sqlite_ready(run: Run, table: sa.Table) -> None:
-    """Make the gapless table in the caller's SQLite transaction, or add its ``version``.
+    """Make the gapless table in the caller's SQLite transaction.
 
     In the caller's transaction because it may already hold the file's write
-    lock, which any other connection would wait for. Django's migration made
-    a ``sys_sequence`` for its admin without ``version``; it gets one here.
-    SQLite lets DDL share a transaction, so a rollback undoes this too and
-    the next take does it again.
+    lock, which any other connection would wait for. SQLite lets DDL share a
+    transaction, so a rollback undoes this too and the next take does it again.
     """
-    statements = _ddl.get(table)
-    if statements is None:
-        statements = _ddl[table] = (
-            sa.schema.CreateTable(table, if_not_exists=True),
-            sa.text(f'PRAGMA table_info("{table.name}")'),
-            sa.text(f'ALTER TABLE "{table.name}" ADD COLUMN version BIGINT NOT NULL DEFAULT 0'),
-        )
-    run(statements[0], None)
-    columns, _count = run(statements[1], None)
-    if "version" not in {column["name"] for column in columns}:
-        run(statements[2], None)
+    statement = _ddl.get(table)
+    if statement is None:
+        statement = _ddl[table] = sa.schema.CreateTable(table, if_not_exists=True)
+    run(statement, None)
 
 
 def _missing_in_sqlite(exc: BaseException) -> bool:
@@ -176,7 +174,7 @@ def take(
 
 def gapless_table(store: SQLStore, dialect: str) -> sa.Table:
     """The table gapless rows of ``store`` live in, on a connection of ``dialect``."""
-    return _sqlite_table(store) if dialect == "sqlite" else store.table
+    return sqlite_table(store) if dialect == "sqlite" else store.table
 
 
 def take_with(

@@ -141,8 +141,6 @@ class SerialField(_CharField):
 
 # gapless on Django's connection ----------------------------------------------------
 
-_tables: dict[tuple[int, str], sa.Table] = {}
-
 
 def take_gapless(serial: Serial, connection: BaseDatabaseWrapper) -> str:
     """The next gapless serial, in ``connection``'s current ``atomic()`` transaction."""
@@ -192,16 +190,12 @@ def take_gapless_values(
 
 
 def _table(store: Any, dialect: str) -> sa.Table:
-    from autoseq.stores.sql import sequence_table
+    from autoseq.gapless import sqlite_table
 
     if dialect != "sqlite":
         table: sa.Table = store.table
         return table
-    key = (id(store), store.table_name)
-    found = _tables.get(key)
-    if found is None:
-        found = _tables[key] = sequence_table(store.table_name)
-    return found
+    return sqlite_table(store)
 
 
 _dialects: dict[str, Any] = {}

@@ -135,8 +135,9 @@ def test_gapless_key_row_created_for_a_table_with_rows_starts_past_them(backend:
         Voucher.objects.using(backend).bulk_create([Voucher(id=90), Voucher(id=99)])
     # No row anywhere, as for a table that had keys before the field existed.
     if connections[backend].vendor == "sqlite":
+        table = gapless.sqlite_table(store).name  # gapless rows: in the application's file
         with connections[backend].cursor() as cursor:
-            cursor.execute("DELETE FROM sys_sequence WHERE name = %s", [name])
+            cursor.execute(f'DELETE FROM main."{table}" WHERE name = %s', [name])
     else:
         store.delete(name)
         gapless._created.get(store, set()).discard(name)
