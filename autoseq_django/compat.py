@@ -3,14 +3,15 @@
 Code written for django-sequences keeps its calls: ``get_next_value("invoices")``,
 ``initial_value``, ``reset_value``, ``using``. The values come from autoseq's
 blocks (the row named ``sequence_name`` in ``sys_sequence``), so they are
-unique and increasing but, unlike django-sequences, not gapless: a rollback
-or a process exit skips values. Gapless numbering is a separate mode of the
-core; its switch will be a keyword here once it exists.
+unique and increasing, and a rollback or a process exit skips values.
+``gapless=True`` gives django-sequences' own semantics: each value is taken
+in the caller's ``atomic()`` block, holding the row's lock until it ends, so
+a rollback gives the number back and committed values have no gap.
 """
 
 from __future__ import annotations
 
-from django.db import DEFAULT_DB_ALIAS
+from django.db import DEFAULT_DB_ALIAS, connections
 
 from autoseq import InvalidSequenceConfig, SequenceConfig, SequenceLock
 from autoseq_django import conf, sequences
@@ -57,6 +58,7 @@ def get_next_value(
     *,
     nowait: bool = False,
     using: str | None = None,
+    gapless: bool = False,
 ) -> int:
     """The next value of ``sequence_name``, created at ``initial_value`` on first use.
 
@@ -65,7 +67,11 @@ def get_next_value(
     serve it (``AUTOSEQ["DATABASE"]`` and routers apply, as for fields).
     ``nowait`` is accepted for django-sequences' callers: a reservation never
     waits for the caller's row locks. A stored row wins over the arguments.
+    ``gapless=True`` takes the value in the caller's ``atomic()`` block
+    (``GaplessUnavailable`` outside one), as django-sequences does.
     """
+    if gapless:
+        return _gapless(sequence_name, initial_value, reset_value, using, 1)[0]
     return _lock(sequence_name, initial_value, reset_value, using).next()
 
 
@@ -77,11 +83,28 @@ def get_next_values(
     *,
     nowait: bool = False,
     using: str | None = None,
+    gapless: bool = False,
 ) -> list[int]:
     """``batch_size`` values of ``sequence_name`` in increasing order (one reservation at most).
 
     django-sequences returns a ``range``; these values are a list because a
     batch that starts in one block and ends in the next need not be
-    contiguous.
+    contiguous. ``gapless=True``: consecutive values taken in the caller's
+    ``atomic()`` block.
     """
+    if gapless:
+        return _gapless(sequence_name, initial_value, reset_value, using, batch_size)
     return _lock(sequence_name, initial_value, reset_value, using).next_many(batch_size)
+
+
+def _gapless(
+    sequence_name: str,
+    initial_value: int,
+    reset_value: int | None,
+    using: str | None,
+    count: int,
+) -> list[int]:
+    from autoseq_django.serials import take_gapless_values
+
+    config = _config(sequence_name, initial_value, reset_value)
+    return take_gapless_values(config, connections[using or DEFAULT_DB_ALIAS], count)

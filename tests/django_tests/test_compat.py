@@ -89,3 +89,21 @@ def test_threads_never_share_a_value(backend: str) -> None:
         thread.join()
     values = [v for out in results for v in out]
     assert len(values) == len(set(values)) == 8 * (294 + 6 * 5)
+
+
+def test_gapless_values_are_given_back_by_a_rollback(backend: str) -> None:
+    """gapless=True, as django-sequences: a rolled-back value is taken again, no gap."""
+    name = fresh()
+
+    def take_then_roll_back() -> None:
+        with transaction.atomic(using=backend):
+            assert get_next_value(name, using=backend, gapless=True) == 2
+            raise RuntimeError("rolled back")
+
+    with transaction.atomic(using=backend):
+        assert get_next_value(name, using=backend, gapless=True) == 1
+    with pytest.raises(RuntimeError):
+        take_then_roll_back()
+    with transaction.atomic(using=backend):
+        assert get_next_value(name, using=backend, gapless=True) == 2
+        assert get_next_values(3, name, using=backend, gapless=True) == [3, 4, 5]
