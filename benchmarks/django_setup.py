@@ -148,6 +148,19 @@ def make_model(prefix: str, fields: dict[str, Any]) -> Any:
     return type(models.Model)(f"Bench{prefix.title()}{_counter}", (models.Model,), attrs)
 
 
+def rename_table(model: Any, prefix: str) -> str:
+    """Point ``model`` (an app's model with a fixed table) at a fresh, unique table.
+
+    Fields cache their column expression with the table name of its first
+    use; it is dropped so queries name the new table, not one an earlier
+    suite used and dropped.
+    """
+    model._meta.db_table = unique_name(prefix)
+    for field in model._meta.concrete_fields:
+        field.__dict__.pop("cached_col", None)
+    return str(model._meta.db_table)
+
+
 def create_table(model: Any, using: str) -> None:
     from django.db import connections
 

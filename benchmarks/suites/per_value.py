@@ -108,8 +108,7 @@ class DjangoSequences:
         from sequences.models import Sequence
 
         # The app's table name is fixed; a unique one keeps shared servers apart.
-        self.table = unique_name("djseq")
-        Sequence._meta.db_table = self.table
+        self.table = django_setup.rename_table(Sequence, "djseq")
         django_setup.create_table(Sequence, self.using)
         self.model = Sequence
         self.name = unique_name("s")

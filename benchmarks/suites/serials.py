@@ -62,7 +62,7 @@ class Peers:
         from autoseq_django import sequences
 
         # django-sequences' table name is fixed; a unique one keeps runs apart.
-        Sequence._meta.db_table = unique_name("djseq")
+        django_setup.rename_table(Sequence, "djseq")
         django_setup.create_table(Sequence, self.using)
         self.model = Sequence
         registry = sequences.registry(sequences.sequence_database(self.using))
