@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 import mongoengine as me
 import pytest
@@ -204,11 +204,13 @@ def test_db_alias_puts_the_row_on_that_connection(
     other_db = mongo_db_name + "_other"
     me.connect(db=other_db, host=mongo_server.url, alias="other", uuidRepresentation="standard")
     try:
-
-        class Shipment(me.Document):
+        # A class name no other test module uses: mongoengine's document
+        # registry is by name, and disconnect() resets only the class it holds.
+        class AliasedShipment(me.Document):
             id = SequenceField(primary_key=True, db_alias="other")
+            meta: ClassVar[dict[str, Any]] = {"collection": "shipment"}
 
-        assert Shipment().save().id == 1
+        assert AliasedShipment().save().id == 1
         other = me.get_db("other")
         assert other["sys_sequence"].find_one({"_id": "shipment"})["current"] == 101
         assert me_db["sys_sequence"].find_one({"_id": "shipment"}) is None
