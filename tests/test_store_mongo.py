@@ -140,6 +140,10 @@ def test_driver_errors_become_store_unavailable() -> None:
         store.reserve("orders", 10)
     assert caught.value.name == "orders"
     assert caught.value.__cause__ is not None
+    assert caught.value.operation == "read"  # the row is read before the reservation
+    assert caught.value.reason is not None
+    assert caught.value.reason.startswith(type(caught.value.__cause__).__name__)
+    assert caught.value.reason in str(caught.value)
     store.close()
 
 
