@@ -25,7 +25,6 @@ to a caller that took it or to the drain, never to both. Without a GIL
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import itertools
 import logging
@@ -40,7 +39,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from autoseq import signals
+from autoseq import _hooks, signals
 from autoseq.buffer import Buffer, Run
 from autoseq.errors import (
     AutoseqError,
@@ -619,5 +618,5 @@ def _close_all_at_exit() -> None:
             lock.close(release=lock._backoff.error is None, wait=False)
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
-atexit.register(_close_all_at_exit)
+_hooks.on_fork(after_in_child=_after_fork_in_child)
+_hooks.at_exit(_close_all_at_exit)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import weakref
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from autoseq import _hooks
 from autoseq.config import MAX_VALUE, SequenceConfig
 from autoseq.errors import InvalidCount, SequenceExhausted
 
@@ -145,4 +145,4 @@ def _after_fork_in_child() -> None:
         store.after_fork()
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+_hooks.on_fork(after_in_child=_after_fork_in_child)

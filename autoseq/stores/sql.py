@@ -37,6 +37,7 @@ from sqlalchemy.engine.url import URL
 from sqlalchemy.exc import DBAPIError, IntegrityError, NoSuchTableError, SQLAlchemyError
 from sqlalchemy.pool import QueuePool
 
+from autoseq import _hooks
 from autoseq.config import MAX_VALUE, NAME_MAX_LENGTH, SequenceConfig, validate_name
 from autoseq.errors import (
     InvalidSequenceConfig,
@@ -744,7 +745,7 @@ def _forget_gates_in_child() -> None:
     _closed_at_fork.clear()  # SQLStore.after_fork gives each store a new gate
 
 
-os.register_at_fork(
+_hooks.on_fork(
     before=_close_gates_before_fork,
     after_in_parent=_reopen_gates_in_parent,
     after_in_child=_forget_gates_in_child,
