@@ -7,11 +7,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from contract import MaintenanceContract, StoreContract
 from mongo_server import CommandLog, MongoServer
 
 from autoseq import InvalidSequenceConfig, SequenceConfig, StoreUnavailable
 from autoseq.stores import MongoStore
+from autoseq.testing.contract import MaintenanceContract, StoreContract
 
 pytestmark = pytest.mark.mongodb
 

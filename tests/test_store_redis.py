@@ -21,7 +21,6 @@ from typing import Any
 import pytest
 import redis
 from backends import REDIS_URL, unavailable, unique_table
-from contract import MaintenanceContract, StoreContract
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -34,6 +33,7 @@ from autoseq import (
     StoreUnavailable,
 )
 from autoseq.stores import MemoryStore, RedisStore
+from autoseq.testing.contract import MaintenanceContract, StoreContract
 
 pytestmark = pytest.mark.redis
 MIN_VALUE = -MAX_VALUE - 1

@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from contract import MaintenanceContract, StoreContract
 
 from autoseq import SequenceConfig
 from autoseq.stores import SQLStore
+from autoseq.testing.contract import MaintenanceContract, StoreContract
 
 
 class TestSQLStore(StoreContract):

@@ -84,7 +84,7 @@ def plan_reservation(row: SequenceConfig, count: int) -> tuple[Block, int]:
 class SequenceStore(Protocol):
     """Where ``sys_sequence`` rows live; a store is one file of autoseq.
 
-    Contract (``tests/contract.py`` checks it against every store):
+    Contract (:mod:`autoseq.testing.contract` checks it against every store):
 
     * ``reserve(name, count)`` atomically takes the next ``count`` values
       (fewer only at ``end``) in the store's own transaction, committed before
