@@ -1,6 +1,6 @@
 """``MongoStore``: ``sys_sequence`` rows as MongoDB documents (pymongo).
 
-One document per sequence, ``_id`` = the name, beside the DESIGN.md fields.
+One document per sequence, ``_id`` = the name, beside the row's other fields.
 A reservation is a compare-and-set: compute the block from the row with
 :func:`~autoseq.stores.base.plan_reservation`, then ``find_one_and_update``
 filtered on the ``current`` (and the settings) it was computed from. The

@@ -2,7 +2,7 @@
 
 Layout, for a store with prefix ``P`` (default ``sys_sequence``)::
 
-    {P}:seq:<name>   a hash with the DESIGN.md fields (name, start, end, step,
+    {P}:seq:<name>   a hash with the row's fields (name, start, end, step,
                      current, batch, batch_count, cycle, updated_at)
     {P}:names        a sorted set of every name (score 0), for read_all()
 

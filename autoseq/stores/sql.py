@@ -65,7 +65,7 @@ def validate_table_name(table: object) -> str:
 
 
 def sequence_table(name: str = "sys_sequence", metadata: sa.MetaData | None = None) -> sa.Table:
-    """The ``sys_sequence`` table as SQLAlchemy Core sees it (DESIGN.md schema)."""
+    """The ``sys_sequence`` table as SQLAlchemy Core sees it (the schema every store shares)."""
     return sa.Table(
         validate_table_name(name),
         metadata if metadata is not None else sa.MetaData(),
