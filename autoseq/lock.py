@@ -49,7 +49,7 @@ from autoseq.errors import (
     SequenceExhausted,
     StoreUnavailable,
 )
-from autoseq.pacing import DEFAULT_MAX_BATCH_COUNT, Backoff, BlockSizer
+from autoseq.pacing import DEFAULT_MAX_BATCH_COUNT, Backoff, BlockSizer, LowRemainingAlarm
 from autoseq.stores.base import Block, SequenceStore
 
 __all__ = ["DEFAULT_MAX_BATCH_COUNT", "GIL", "MAX_MANY", "BufferPolicy", "SequenceLock"]
@@ -188,7 +188,7 @@ class SequenceLock:
         self._worker: threading.Thread | None = None
         self._wake = threading.Event()
         self._tally = _Tally()
-        self._warned = False
+        self._alarm = LowRemainingAlarm(policy.warn_share)
 
     def _after_fork_in_child(self) -> None:
         # The parent's blocks belong to the parent; serving them here would
@@ -477,22 +477,18 @@ class SequenceLock:
             self._sizer.reserved(block.count, started)
 
     def _check_low_remaining(self, block: Block) -> None:
-        row = block.row
-        if row.cycle or self._warned:
+        passed = self._alarm.check(block)
+        if passed is None:
             return
-        span = row.last_value - row.start
-        used = (block.last - row.start) / span if span else 1.0
-        if used >= self.policy.warn_share:
-            self._warned = True
-            remaining = (row.last_value - block.last) // row.step
-            log.warning(
-                "sequence %r has reserved %.1f%% of its range; %d values left before end=%d",
-                self.name,
-                used * 100,
-                remaining,
-                row.end,
-            )
-            signals.low_remaining.send(self, name=self.name, remaining=remaining, used_share=used)
+        used, remaining = passed
+        log.warning(
+            "sequence %r has reserved %.1f%% of its range; %d values left before end=%d",
+            self.name,
+            used * 100,
+            remaining,
+            block.row.end,
+        )
+        signals.low_remaining.send(self, name=self.name, remaining=remaining, used_share=used)
 
     # background worker ------------------------------------------------------
 

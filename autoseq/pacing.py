@@ -6,6 +6,8 @@ clocks. :class:`autoseq.lock.SequenceLock` calls them under its lock.
 
 from __future__ import annotations
 
+from autoseq.stores.base import Block
+
 #: The ceiling of adaptive block sizes when ``max_batch_count`` is None
 #: (Leaf's): at full speed in memory, a few reservations per second.
 DEFAULT_MAX_BATCH_COUNT = 1_000_000
@@ -110,3 +112,25 @@ class Backoff:
     def waiting(self, now: float) -> bool:
         """Whether the back-off after the latest failure is still running at ``now``."""
         return now < self.retry_at
+
+
+class LowRemainingAlarm:
+    """Fires once, when reservations pass ``warn_share`` of a non-cycling sequence's range."""
+
+    __slots__ = ("fired", "warn_share")
+
+    def __init__(self, warn_share: float) -> None:
+        self.warn_share = warn_share
+        self.fired = False
+
+    def check(self, block: Block) -> tuple[float, int] | None:
+        """(share of the range reserved, values left after ``block``) the first time it passes."""
+        row = block.row
+        if row.cycle or self.fired:
+            return None
+        span = row.last_value - row.start
+        used = (block.last - row.start) / span if span else 1.0
+        if used < self.warn_share:
+            return None
+        self.fired = True
+        return used, (row.last_value - block.last) // row.step

@@ -9,7 +9,7 @@ import pytest
 
 from autoseq import SequenceConfig
 from autoseq.buffer import Buffer
-from autoseq.pacing import DEFAULT_MAX_BATCH_COUNT, Backoff, BlockSizer
+from autoseq.pacing import DEFAULT_MAX_BATCH_COUNT, Backoff, BlockSizer, LowRemainingAlarm
 from autoseq.stores.base import Block
 
 ROW = SequenceConfig("b")
@@ -183,3 +183,16 @@ def test_backoff_doubles_up_to_the_maximum_and_a_success_resets_it() -> None:
     backoff.succeeded()
     assert backoff.error is None
     assert not backoff.waiting(10.0)
+
+
+def test_the_low_remaining_alarm_fires_once_past_the_share_and_never_when_cycling() -> None:
+    """LowRemainingAlarm reports (share used, values left) the first time only; cycles never."""
+    row = SequenceConfig("b", end=100)
+    alarm = LowRemainingAlarm(0.9)
+    assert alarm.check(Block("b", 1, 50, 1, row)) is None
+    used, left = alarm.check(Block("b", 51, 95, 1, row)) or (0.0, 0)
+    assert used == pytest.approx(94 / 99)
+    assert left == 5
+    assert alarm.check(Block("b", 96, 100, 1, row)) is None
+    ring = LowRemainingAlarm(0.5)
+    assert ring.check(Block("b", 90, 100, 1, SequenceConfig("b", end=100, cycle=True))) is None
