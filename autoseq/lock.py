@@ -333,15 +333,17 @@ class SequenceLock:
             self._tally.waits += 1
             if self._loading:
                 if not self._cond.wait(max(0.0, deadline - time.monotonic())):
-                    raise StoreUnavailable(
-                        f"sequence {self.name!r}: no block arrived within "
-                        f"{self.policy.wait_timeout}s",
-                        name=self.name,
-                        operation="reserve",
-                        reason="timeout",
-                    )
+                    raise self._timed_out("block")
                 continue
             self._reserve_now(n - len(out))
+
+    def _timed_out(self, what: str) -> StoreUnavailable:
+        return StoreUnavailable(
+            f"sequence {self.name!r}: no {what} arrived within {self.policy.wait_timeout}s",
+            name=self.name,
+            operation="reserve",
+            reason="timeout",
+        )
 
     def _maybe_prefetch(self) -> None:
         buffer = self._buffer
@@ -373,13 +375,7 @@ class SequenceLock:
             deadline = time.monotonic() + self.policy.wait_timeout
             while self._turns[0] is not turn or self._loading:
                 if not self._cond.wait(max(0.0, deadline - time.monotonic())):
-                    raise StoreUnavailable(
-                        f"sequence {self.name!r}: no value arrived within "
-                        f"{self.policy.wait_timeout}s",
-                        name=self.name,
-                        operation="reserve",
-                        reason="timeout",
-                    )
+                    raise self._timed_out("value")
                 if self._turns[0] is not head:
                     head = self._turns[0]
                     deadline = time.monotonic() + self.policy.wait_timeout

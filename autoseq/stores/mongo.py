@@ -223,25 +223,23 @@ class MongoStore:
         return self._remember(stored)
 
     def read(self, name: str) -> SequenceConfig | None:
-        validate_name(name)
-        stored = self._run(
-            "read",
-            f"reading sequence {name!r}",
-            name,
-            lambda: self.collection.find_one({"_id": name}),
-        )
+        stored = self._find(name)
         return None if stored is None else self._remember(stored)
 
     def read_raw(self, name: str) -> dict[str, Any] | None:
         """The stored document as plain data, unvalidated (for repairs)."""
+        stored = self._find(name)
+        return None if stored is None else {**stored, "name": stored["_id"]}
+
+    def _find(self, name: str) -> Mapping[str, Any] | None:
+        """The stored document of ``name``, or None."""
         validate_name(name)
-        stored = self._run(
+        return self._run(
             "read",
             f"reading sequence {name!r}",
             name,
             lambda: self.collection.find_one({"_id": name}),
         )
-        return None if stored is None else {**stored, "name": stored["_id"]}
 
     def read_all(self) -> list[SequenceConfig]:
         rows = self._run("read", "reading sequences", None, lambda: list(self.collection.find({})))
@@ -399,12 +397,7 @@ class MongoStore:
         return block
 
     def _fetch(self, name: str) -> Mapping[str, Any]:
-        stored = self._run(
-            "read",
-            f"reading sequence {name!r}",
-            name,
-            lambda: self.collection.find_one({"_id": name}),
-        )
+        stored = self._find(name)
         if stored is None:
             self._rows.pop(name, None)
             raise SequenceNotFound(name)
