@@ -66,10 +66,24 @@ class SequenceExhausted(AutoseqError):
 
 
 class StoreUnavailable(AutoseqError):
-    """The store could not be reached or did not answer in time."""
+    """The store could not be reached or did not answer in time.
 
-    def __init__(self, message: str, *, name: str | None = None) -> None:
+    ``name``: the sequence concerned, if one; ``operation``: what was being
+    done (``"reserve"``, ``"read"``...); ``reason``: why it failed, in one
+    line (the driver's error, a timeout). The message says all three.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        name: str | None = None,
+        operation: str | None = None,
+        reason: str | None = None,
+    ) -> None:
         self.name = name
+        self.operation = operation
+        self.reason = reason
         super().__init__(message)
 
 

@@ -6,6 +6,12 @@ block, so the switch to it does not wait on the store. Block sizes adapt to
 the consumption rate, store outages are ridden out on what is buffered, and
 ``close()`` hands an untouched tail back to the store.
 
+The parts: :class:`autoseq.buffer.Buffer` keeps the blocks in hand (pure
+bookkeeping), :class:`autoseq.pacing.BlockSizer` and
+:class:`autoseq.pacing.Backoff` decide how much to reserve and when to try
+again, and :class:`SequenceLock` owns the lock, its condition variable, the
+store round trips and the prefetch worker.
+
 The fast path takes no lock where the interpreter has a GIL: the values
 the current block may serve before the slow path must look (the prefetch
 point, or the block's end) sit in a ``range`` iterator, and advancing it is
@@ -19,11 +25,9 @@ to a caller that took it or to the drain, never to both. Without a GIL
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import itertools
 import logging
-import operator
 import os
 import sys
 import threading
@@ -35,15 +39,20 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from autoseq import signals
+from autoseq import _hooks, signals
+from autoseq.buffer import Buffer, Run
 from autoseq.errors import (
     AutoseqError,
     InvalidCount,
     InvalidSequenceConfig,
+    ReservationConflict,
     SequenceExhausted,
     StoreUnavailable,
 )
+from autoseq.pacing import DEFAULT_MAX_BATCH_COUNT, Backoff, BlockSizer, LowRemainingAlarm
 from autoseq.stores.base import Block, SequenceStore
+
+__all__ = ["DEFAULT_MAX_BATCH_COUNT", "GIL", "MAX_MANY", "BufferPolicy", "SequenceLock"]
 
 log = logging.getLogger("autoseq")
 
@@ -108,15 +117,6 @@ class BufferPolicy:
             )
 
 
-#: The ceiling of adaptive block sizes when ``max_batch_count`` is None
-#: (Leaf's): at full speed in memory, a few reservations per second.
-DEFAULT_MAX_BATCH_COUNT = 1_000_000
-#: Per reservation, a block grows at most this many times and shrinks to no
-#: less than 1/_SHRINK of the previous one: a burst or a pause measured once
-#: does not swing the size all the way.
-_GROW = 16
-_SHRINK = 4
-
 _locks: weakref.WeakSet[SequenceLock] = weakref.WeakSet()
 #: Whether advancing an iterator is atomic between threads (a GIL build).
 GIL = bool(getattr(sys, "_is_gil_enabled", lambda: True)())
@@ -124,6 +124,17 @@ _EMPTY: Iterator[int] = iter(())
 #: The most values one ``next_many`` call returns: a list of them costs about
 #: 36 bytes each, so larger bulks are asked for in chunks.
 MAX_MANY = 10_000_000
+
+
+@dataclass(slots=True)
+class _Tally:
+    """What happened so far, for :meth:`SequenceLock.stats`."""
+
+    reservations: int = 0
+    reserved_values: int = 0
+    last_latency: float | None = None
+    row: Any = None  # the row as the latest reservation left it
+    waits: int = 0  # times a caller found the buffer empty and waited on the store
 
 
 class SequenceLock:
@@ -154,47 +165,45 @@ class SequenceLock:
     # state ----------------------------------------------------------------
 
     def _reset_state(self) -> None:
+        policy = self.policy
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._pid = os.getpid()
-        # The block being served: _next.._last by _step. _fast_until is the
-        # last value the fast path may serve before the slow path looks at
-        # prefetching (equal to _last once a prefetch is in hand). While
-        # _fast serves _next.._fast_until, _next lags behind it: _settle()
-        # makes it exact again (under the lock).
-        self._next = 1
-        self._last = 0
-        self._step = 1
-        self._fast_until = 0
+        # The buffer's armed run, read without the lock by next(); kept here
+        # rather than on the buffer so the hot path is one attribute lookup.
         self._fast: Iterator[int] = _EMPTY
-        self._fast_stop: int | None = None  # one step past _fast's last value, if armed
-        self._blocks: deque[Block] = deque()  # reserved, not yet started
+        prefetching = self._batch and policy.prefetch
+        self._buffer = Buffer(policy.prefetch_at if prefetching else None)
+        self._sizer = BlockSizer(
+            self._floor,
+            adaptive=self._batch,
+            block_seconds=policy.block_seconds,
+            max_batch_count=policy.max_batch_count,
+        )
+        self._backoff = Backoff(policy.retry_initial, policy.retry_max)
         self._turns: deque[object] = deque()  # batch=False callers, in arrival order
         self._loading = False
         self._closed = False
-        self._error: BaseException | None = None
-        self._retry_at = 0.0
-        self._backoff = 0.0
-        self._block_size = self._floor if self._batch else 1
         self._demand = 1  # values the latest call that reached the slow path asked for
         self._worker: threading.Thread | None = None
         self._wake = threading.Event()
-        self._reservations = 0
-        self._reserved_values = 0
-        self._last_latency: float | None = None
-        self._last_reserved_at: float | None = None
-        self._rate: float | None = None
-        self._row: Any = None
-        self._warned = False
-        self._latest: Block | None = None
-        self._latest_count = 0
-        self._waits = 0  # times a caller found the buffer empty and waited on the store
+        self._tally = _Tally()
+        self._alarm = LowRemainingAlarm(policy.warn_share)
 
     def _after_fork_in_child(self) -> None:
         # The parent's blocks belong to the parent; serving them here would
         # duplicate its values. Locks may have been held by a thread that
         # does not exist in the child, so they are replaced too.
         self._reset_state()
+
+    @contextlib.contextmanager
+    def _unlocked(self) -> Iterator[None]:
+        """Let the lock go for a store round trip (lock held), and take it back."""
+        self._lock.release()
+        try:
+            yield
+        finally:
+            self._lock.acquire()
 
     # serving --------------------------------------------------------------
 
@@ -214,36 +223,26 @@ class SequenceLock:
         next = _next_locked
 
     def _arm(self) -> None:
-        """Let the fast path serve ``_next.._fast_until`` (lock held, settled)."""
-        if self._next <= self._fast_until and self._pid == os.getpid():
-            self._fast_stop = self._fast_until + self._step
-            self._fast = iter(range(self._next, self._fast_stop, self._step))
+        """Let the fast path serve the buffer's fast run (lock held, settled)."""
+        if self._pid == os.getpid():
+            fast = self._buffer.arm()
+            if fast is not None:
+                self._fast = fast
 
     def _settle(self) -> None:
-        """Stop the fast path and make ``_next`` exact (lock held).
+        """Stop the fast path and make the buffer exact (lock held).
 
-        The iterator is swapped out first, then drained: a caller that
-        loaded it just before the swap takes its value in order, before or
-        after the drain, so what the drain finds is exactly the unserved
-        suffix and nothing is both served and counted as left.
+        The iterator is swapped out before the buffer drains it; see
+        :meth:`autoseq.buffer.Buffer.settle`.
         """
-        if self._fast_stop is None:
+        if self._buffer.fast_stop is None:
             return
         fast, self._fast = self._fast, _EMPTY
-        # deque(enumerate(...), maxlen=1) consumes the rest in one C call
-        # (atomic under the GIL) and keeps only the count: no list of a
-        # whole block. The last pair's index says how many were left.
-        last = deque(enumerate(fast), maxlen=1)
-        left = last[0][0] + 1 if last else 0
-        self._next = self._fast_stop - left * self._step
-        self._fast_stop = None
+        self._buffer.settle(fast)
 
     def _position(self) -> int:
-        """``_next`` as the fast path has moved it (lock held; may lag a racing caller)."""
-        if self._fast_stop is None:
-            return self._next
-        left = operator.length_hint(self._fast)
-        return self._fast_stop - left * self._step
+        """The next unserved value as the fast path has moved it (lock held)."""
+        return self._buffer.position(self._fast)
 
     def next_many(self, n: int) -> list[int]:
         """``n`` values in increasing order (unless the sequence cycles).
@@ -271,25 +270,18 @@ class SequenceLock:
         with self._lock:
             if self._pid != os.getpid():
                 return None  # the parent's blocks are not this process's
-            position = self._position()
-            if position <= self._last:
-                return position
-            if self._blocks:
-                return self._blocks[0].first
-        return None
+            return self._buffer.peek(self._position())
 
     def available(self) -> int:
         """How many values ``next_many()`` can serve now from memory, with no round trip."""
         with self._lock:
             if self._pid != os.getpid():
                 return 0
-            position = self._position()
-            left = (self._last - position) // self._step + 1 if position <= self._last else 0
-            return left + sum(block.count for block in self._blocks)
+            return self._buffer.current_left(self._position()) + self._buffer.queued()
 
     def _take(self, n: int) -> list[int]:
         out: list[int] = []
-        taken: list[tuple[int, int, int]] = []  # the runs in ``out``, to give back on failure
+        taken: list[Run] = []  # the runs in ``out``, to give back on failure
         if GIL and n > 1:
             # What the fast path holds, without the lock: one C call takes a
             # contiguous run, atomic under the GIL.
@@ -304,7 +296,9 @@ class SequenceLock:
                 try:
                     self._take_into(n, out, taken)
                 except BaseException:
-                    self._give_back(taken)
+                    self._settle()
+                    if self._pid == os.getpid():
+                        self._buffer.give_back(taken)
                     raise
                 self._maybe_prefetch()
                 self._arm()
@@ -313,77 +307,54 @@ class SequenceLock:
             return self._take(n)
         return out
 
-    def _give_back(self, taken: list[tuple[int, int, int]]) -> None:
-        """Put values a failed call took back in front of the buffer, in order.
-
-        They were reserved for this process and nobody else can have them;
-        dropping them would only leave a gap, so the next call serves them.
-        """
-        self._settle()
-        if not taken or self._pid != os.getpid() or self._latest is None:
-            return
-        row = self._latest.row
-        if self._next <= self._last:
-            self._blocks.appendleft(Block(self.name, self._next, self._last, self._step, row))
-        for first, last, step in reversed(taken):
-            self._blocks.appendleft(Block(self.name, first, last, step, row))
-        self._next, self._last, self._fast_until = 1, 0, 0
-
-    def _take_into(self, n: int, out: list[int], taken: list[tuple[int, int, int]]) -> None:
+    def _take_into(self, n: int, out: list[int], taken: list[Run]) -> None:
         if self._closed:
             raise AutoseqError(f"sequence {self.name!r}: the lock is closed")
         self._demand = n
+        buffer = self._buffer
         deadline = time.monotonic() + self.policy.wait_timeout
         while len(out) < n:
             # The lock may have been let go (a reservation, a wait) and
             # another caller may have armed the fast path meanwhile.
             self._settle()
-            if self._next <= self._last:
-                want = n - len(out)
-                have = (self._last - self._next) // self._step + 1
-                k = min(want, have)
-                stop = self._next + k * self._step
-                out.extend(range(self._next, stop, self._step))
-                taken.append((self._next, stop - self._step, self._step))
-                self._next = stop
+            run = buffer.take(n - len(out))
+            if run is not None:
+                first, last, step = run
+                out.extend(range(first, last + step, step))
+                taken.append(run)
                 continue
-            if self._blocks:
-                self._start_block(self._blocks.popleft())
+            if buffer.start_next():
                 continue
             if not self._batch:
                 own = self._reserve_in_turn(n - len(out))
                 out.extend(own.values())
                 taken.append((own.first, own.last, own.step))
                 continue
+            self._tally.waits += 1
             if self._loading:
-                self._waits += 1
                 if not self._cond.wait(max(0.0, deadline - time.monotonic())):
-                    raise StoreUnavailable(
-                        f"sequence {self.name!r}: no block arrived within "
-                        f"{self.policy.wait_timeout}s",
-                        name=self.name,
-                    )
+                    raise self._timed_out("block")
                 continue
-            self._waits += 1
             self._reserve_now(n - len(out))
 
-    def _start_block(self, block: Block) -> None:
-        self._next, self._last, self._step = block.first, block.last, block.step
-        if self._batch and self.policy.prefetch and not self._blocks:
-            used = max(1, int(block.count * self.policy.prefetch_at))
-            self._fast_until = min(block.last, block.first + (used - 1) * block.step)
-        else:
-            self._fast_until = block.last
+    def _timed_out(self, what: str) -> StoreUnavailable:
+        return StoreUnavailable(
+            f"sequence {self.name!r}: no {what} arrived within {self.policy.wait_timeout}s",
+            name=self.name,
+            operation="reserve",
+            reason="timeout",
+        )
 
     def _maybe_prefetch(self) -> None:
-        if self._next <= self._fast_until or self._next > self._last:
+        buffer = self._buffer
+        if not buffer.past_prefetch_point():
             return
-        if time.monotonic() < self._retry_at:
+        if self._backoff.waiting(time.monotonic()):
             return  # store failing: look again on a later call, after the back-off
         # Past the prefetch point: from here on serve fast until the block
         # ends, and wake the worker once if nothing is buffered or loading.
-        self._fast_until = self._last
-        if self._blocks or self._loading or self._closed:
+        buffer.serve_to_end()
+        if buffer.blocks or self._loading or self._closed:
             return
         self._loading = True
         self._ensure_worker()
@@ -404,11 +375,7 @@ class SequenceLock:
             deadline = time.monotonic() + self.policy.wait_timeout
             while self._turns[0] is not turn or self._loading:
                 if not self._cond.wait(max(0.0, deadline - time.monotonic())):
-                    raise StoreUnavailable(
-                        f"sequence {self.name!r}: no value arrived within "
-                        f"{self.policy.wait_timeout}s",
-                        name=self.name,
-                    )
+                    raise self._timed_out("value")
                 if self._turns[0] is not head:
                     head = self._turns[0]
                     deadline = time.monotonic() + self.policy.wait_timeout
@@ -418,50 +385,41 @@ class SequenceLock:
             self._cond.notify_all()
 
     def _reserve_now(self, shortfall: int) -> Block:
-        """Reserve on the caller's thread; called with the lock held.
+        """Reserve on the caller's thread; called with the lock held, let go meanwhile.
 
         With ``batch`` the block goes to the shared buffer; without, the
         values are all the caller's and it takes them from the result.
         """
         now = time.monotonic()
-        if now < self._retry_at and self._error is not None:
+        backoff = self._backoff
+        if backoff.waiting(now) and backoff.error is not None:
             raise StoreUnavailable(
-                f"sequence {self.name!r}: store unavailable ({self._error}); "
-                f"retrying in {self._retry_at - now:.2f}s",
+                f"sequence {self.name!r}: store unavailable ({backoff.error}); "
+                f"retrying in {backoff.retry_at - now:.2f}s",
                 name=self.name,
-            ) from self._error
-        count = self._reservation_size(shortfall)
+                operation="reserve",
+                reason="backing off",
+            ) from backoff.error
+        count = self._sizer.reservation(shortfall, self._bulk_buffer())
         self._loading = True
-        self._lock.release()
         try:
-            block = self._reserve(count, prefetch=False)
+            with self._unlocked():
+                block = self._reserve(count, prefetch=False)
         except BaseException as exc:
-            self._lock.acquire()
             self._loading = False
             self._cond.notify_all()
             if isinstance(exc, StoreUnavailable):
                 signals.store_unavailable.send(self, name=self.name, error=exc)
             raise
-        self._lock.acquire()
         self._loading = False
         if self._batch:
-            self._blocks.append(block)
+            self._buffer.add(block)
         self._cond.notify_all()
         return block
 
-    def _reservation_size(self, shortfall: int) -> int:
-        """Whole blocks covering ``shortfall``; with prefetching, two of the latest bulks too.
-
-        A caller asking for bulk after bulk (``next_many(1000)`` in a loop,
-        say) would otherwise empty every block it is given and wait on the
-        store at each call; a buffer of two bulks lets every other call be
-        served from memory while the next reservation is in flight.
-        """
-        size = self._block_size
-        want = shortfall
-        if self._batch and self.policy.prefetch:
-            want = max(want, 2 * self._demand)
-        return max(size, -(-want // size) * size)
+    def _bulk_buffer(self) -> int:
+        """Values to hold beyond a shortfall: two of the latest bulks, when prefetching."""
+        return 2 * self._demand if self._batch and self.policy.prefetch else 0
 
     def _reserve(self, count: int, *, prefetch: bool) -> Block:
         """One store round trip, outside the lock; records what happened."""
@@ -473,10 +431,13 @@ class SequenceLock:
             raise
         except StoreUnavailable as exc:
             self._note_failure(exc)
-            if exc.name == self.name and str(exc).startswith(f"sequence {self.name!r}"):
-                raise
+            if isinstance(exc, ReservationConflict) and exc.name == self.name:
+                raise  # it already names this sequence and says what to do
             raise type(exc)(
-                f"sequence {self.name!r}: store unavailable ({exc})", name=self.name
+                f"sequence {self.name!r}: store unavailable ({exc})",
+                name=self.name,
+                operation=exc.operation,
+                reason=exc.reason,
             ) from exc
         latency = time.monotonic() - started
         self._note_success(block, latency, started)
@@ -498,58 +459,32 @@ class SequenceLock:
 
     def _note_failure(self, exc: BaseException) -> None:
         with self._lock:
-            self._error = exc
-            self._backoff = min(
-                self.policy.retry_max,
-                self._backoff * 2 if self._backoff else self.policy.retry_initial,
-            )
-            self._retry_at = time.monotonic() + self._backoff
+            self._backoff.failed(exc, time.monotonic())
 
     def _note_success(self, block: Block, latency: float, started: float) -> None:
         with self._lock:
-            previous = self._last_reserved_at
-            self._error = None
-            self._backoff = 0.0
-            self._retry_at = 0.0
-            self._reservations += 1
-            self._reserved_values += block.count
-            self._last_latency = latency
-            self._last_reserved_at = started
-            self._row = block.row
-            self._latest = block
-            if previous is not None and started > previous and self._latest_count:
-                self._rate = self._latest_count / (started - previous)
-                self._adapt(self._rate)
-            self._latest_count = block.count
-
-    def _adapt(self, rate: float) -> None:
-        """Size the next blocks to last ``block_seconds`` at ``rate`` values per second."""
-        if not self._batch:
-            return
-        ceiling = max(self.policy.max_batch_count or DEFAULT_MAX_BATCH_COUNT, self._floor)
-        wanted = rate * self.policy.block_seconds
-        size = self._block_size
-        wanted = min(max(wanted, size / _SHRINK), size * _GROW, ceiling)
-        # Whole multiples of batch_count, as a fixed-size caller would get.
-        self._block_size = max(self._floor, -(-int(wanted) // self._floor) * self._floor)
+            self._backoff.succeeded()
+            tally = self._tally
+            tally.reservations += 1
+            tally.reserved_values += block.count
+            tally.last_latency = latency
+            tally.row = block.row
+            self._buffer.latest = block
+            self._sizer.reserved(block.count, started)
 
     def _check_low_remaining(self, block: Block) -> None:
-        row = block.row
-        if row.cycle or self._warned:
+        passed = self._alarm.check(block)
+        if passed is None:
             return
-        span = row.last_value - row.start
-        used = (block.last - row.start) / span if span else 1.0
-        if used >= self.policy.warn_share:
-            self._warned = True
-            remaining = (row.last_value - block.last) // row.step
-            log.warning(
-                "sequence %r has reserved %.1f%% of its range; %d values left before end=%d",
-                self.name,
-                used * 100,
-                remaining,
-                row.end,
-            )
-            signals.low_remaining.send(self, name=self.name, remaining=remaining, used_share=used)
+        used, remaining = passed
+        log.warning(
+            "sequence %r has reserved %.1f%% of its range; %d values left before end=%d",
+            self.name,
+            used * 100,
+            remaining,
+            block.row.end,
+        )
+        signals.low_remaining.send(self, name=self.name, remaining=remaining, used_share=used)
 
     # background worker ------------------------------------------------------
 
@@ -571,7 +506,7 @@ class SequenceLock:
                     self._loading = False
                     self._cond.notify_all()
                     return
-                count = self._reservation_size(0)
+                count = self._sizer.reservation(0, self._bulk_buffer())
             try:
                 block = self._reserve(count, prefetch=True)
             except Exception as exc:  # noqa: BLE001 - reported, retried later
@@ -579,19 +514,20 @@ class SequenceLock:
                 with self._lock:
                     self._loading = False
                     self._settle()
-                    if isinstance(exc, StoreUnavailable) and self._next <= self._last:
+                    if isinstance(exc, StoreUnavailable):
                         # Let a caller past the prefetch point try again once
                         # the back-off is over; exhaustion is for the caller
                         # that empties the block to meet.
-                        self._fast_until = self._next - self._step
+                        self._buffer.look_again_soon()
                     self._cond.notify_all()
                 continue
             with self._lock:
                 self._loading = False
-                self._blocks.append(block)
-                if self._fast_until != self._last:
+                buffer = self._buffer
+                buffer.add(block)
+                if buffer.fast_until != buffer.last:
                     self._settle()
-                    self._fast_until = self._last
+                    buffer.serve_to_end()
                     self._arm()
                 self._cond.notify_all()
 
@@ -600,32 +536,34 @@ class SequenceLock:
     def stats(self) -> dict[str, Any]:
         """What an operator wants to see about this sequence, as plain data."""
         with self._lock:
-            position = self._position()
-            left = (self._last - position) // self._step + 1 if position <= self._last else 0
-            buffered = sum(block.count for block in self._blocks)
-            row = self._row
+            left = self._buffer.current_left(self._position())
+            buffered = self._buffer.queued()
+            tally = self._tally
+            rate = self._sizer.rate
+            row = tally.row
             eta: float | None = None
             end_left: int | None = None
             if row is not None and not row.cycle:
                 unreserved = max(0, (row.last_value - row.next_value) // row.step + 1)
                 end_left = unreserved + left + buffered
-                if self._rate:
-                    eta = end_left / self._rate
+                if rate:
+                    eta = end_left / rate
+            error = self._backoff.error
             return {
                 "name": self.name,
                 "current_block_left": left,
                 "next_block_left": buffered,
-                "block_size": self._block_size,
-                "reservations": self._reservations,
-                "caller_waits": self._waits,
-                "reserved_values": self._reserved_values,
-                "served_values": self._reserved_values - left - buffered,
-                "last_latency": self._last_latency,
-                "consumption_rate": self._rate,
+                "block_size": self._sizer.size,
+                "reservations": tally.reservations,
+                "caller_waits": tally.waits,
+                "reserved_values": tally.reserved_values,
+                "served_values": tally.reserved_values - left - buffered,
+                "last_latency": tally.last_latency,
+                "consumption_rate": rate,
                 "values_until_end": end_left,
                 "seconds_until_end": eta,
                 "loading": self._loading,
-                "store_error": None if self._error is None else str(self._error),
+                "store_error": None if error is None else str(error),
             }
 
     def close(self, *, release: bool = True, wait: bool = True) -> bool:
@@ -646,9 +584,8 @@ class SequenceLock:
                     break
             self._wake.set()
             self._settle()
-            tail = self._unused_tail()
-            self._next, self._last, self._fast_until = 1, 0, 0
-            self._blocks.clear()
+            tail = None if self._loading else self._buffer.unused_tail()
+            self._buffer.clear()
         if not release or tail is None:
             return False
         try:
@@ -658,26 +595,6 @@ class SequenceLock:
         if released:
             signals.block_released.send(self, name=self.name, first=tail.first, count=tail.count)
         return released
-
-    def _unused_tail(self) -> Block | None:
-        latest = self._latest
-        if latest is None or self._loading:
-            return None
-        # Unserved values, oldest first: the rest of the current block, then
-        # the buffered blocks. Only a run that ends at the latest reservation
-        # and is contiguous can go back.
-        pieces: list[tuple[int, int, int]] = []
-        if self._next <= self._last:
-            pieces.append((self._next, self._last, self._step))
-        pieces.extend((b.first, b.last, b.step) for b in self._blocks)
-        if not pieces or pieces[-1][1] != latest.last:
-            return None
-        first = pieces[-1][0]
-        for start, last, step in reversed(pieces[:-1]):
-            if last + step != first:
-                break
-            first = start
-        return Block(self.name, first, latest.last, latest.step, latest.row)
 
 
 def _after_fork_in_child() -> None:
@@ -690,8 +607,8 @@ def _close_all_at_exit() -> None:
     # never wait for a reservation in flight, so exit is never held up long.
     for lock in list(_locks):
         with contextlib.suppress(Exception):  # the interpreter is exiting
-            lock.close(release=lock._error is None, wait=False)
+            lock.close(release=lock._backoff.error is None, wait=False)
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
-atexit.register(_close_all_at_exit)
+_hooks.on_fork(after_in_child=_after_fork_in_child)
+_hooks.at_exit(_close_all_at_exit)

@@ -14,7 +14,6 @@ one could have used, so a worker id is never shared in time.
 
 from __future__ import annotations
 
-import atexit
 import itertools
 import logging
 import os
@@ -28,7 +27,7 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Literal, NamedTuple
 
-from autoseq import signals
+from autoseq import _hooks, signals
 from autoseq.errors import (
     ClockMovedBackwards,
     InvalidSnowflakeConfig,
@@ -491,8 +490,8 @@ def _after_fork() -> None:
         generator._after_fork_in_child()
 
 
-atexit.register(_close_all)
-os.register_at_fork(after_in_child=_after_fork)
+_hooks.at_exit(_close_all)
+_hooks.on_fork(after_in_child=_after_fork)
 
 __all__ = [
     "DEFAULT_EPOCH",

@@ -10,9 +10,12 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-
 from backends import SQL_BACKENDS, sql_url, unique_table
 from mongo_server import command_log, me_db, mongo_db_name, mongo_server  # noqa: F401 - fixtures
+
+# The store contract lives in the package (shipped for third-party stores);
+# rewrite its asserts as pytest does for test modules, so failures show values.
+pytest.register_assert_rewrite("autoseq.testing.contract")
 
 SQL_PARAMS = [
     pytest.param(backend, marks=getattr(pytest.mark, backend), id=backend)

@@ -213,7 +213,7 @@ def test_blocks_are_sized_to_last_block_seconds_at_the_observed_rate() -> None:
     assert all(size % 10 == 0 for size in steps)
 
     slow, _ = make(SequenceConfig("ad2", batch_count=10), max_batch_count=5000, block_seconds=1e-9)
-    slow._block_size = 640  # as if it had grown
+    slow._sizer.size = 640  # as if it had grown
     seen = []
     for _ in range(3000):
         slow.next()

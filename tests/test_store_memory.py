@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import pytest
-from contract import MaintenanceContract, StoreContract
 
 from autoseq.stores import MemoryStore
+from autoseq.testing.contract import MaintenanceContract, StoreContract
 
 
 class TestMemoryStore(StoreContract):
+    shared_between_processes = False
+
     @pytest.fixture
     def store(self) -> MemoryStore:
         return MemoryStore()

@@ -7,11 +7,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from contract import MaintenanceContract, StoreContract
 from mongo_server import CommandLog, MongoServer
 
 from autoseq import InvalidSequenceConfig, SequenceConfig, StoreUnavailable
 from autoseq.stores import MongoStore
+from autoseq.testing.contract import MaintenanceContract, StoreContract
 
 pytestmark = pytest.mark.mongodb
 
@@ -140,6 +140,10 @@ def test_driver_errors_become_store_unavailable() -> None:
         store.reserve("orders", 10)
     assert caught.value.name == "orders"
     assert caught.value.__cause__ is not None
+    assert caught.value.operation == "read"  # the row is read before the reservation
+    assert caught.value.reason is not None
+    assert caught.value.reason.startswith(type(caught.value.__cause__).__name__)
+    assert caught.value.reason in str(caught.value)
     store.close()
 
 

@@ -21,7 +21,6 @@ from typing import Any
 import pytest
 import redis
 from backends import REDIS_URL, unavailable, unique_table
-from contract import MaintenanceContract, StoreContract
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -34,6 +33,7 @@ from autoseq import (
     StoreUnavailable,
 )
 from autoseq.stores import MemoryStore, RedisStore
+from autoseq.testing.contract import MaintenanceContract, StoreContract
 
 pytestmark = pytest.mark.redis
 MIN_VALUE = -MAX_VALUE - 1
@@ -496,15 +496,19 @@ def test_outage_fails_fast_as_store_unavailable() -> None:
     """An unreachable server raises StoreUnavailable naming the sequence, cause chained, fast."""
     store = RedisStore(f"redis://127.0.0.1:{_closed_port()}/0")
     started = time.monotonic()
-    for call in (
-        lambda: store.reserve("orders", 10),
-        lambda: store.create(SequenceConfig("orders")),
-        lambda: store.read("orders"),
+    for operation, call in (
+        ("reserve", lambda: store.reserve("orders", 10)),
+        ("create", lambda: store.create(SequenceConfig("orders"))),
+        ("read", lambda: store.read("orders")),
     ):
         with pytest.raises(StoreUnavailable, match="'orders'") as caught:
             call()
         assert caught.value.name == "orders"
         assert isinstance(caught.value.__cause__, redis.ConnectionError)
+        assert caught.value.operation == operation
+        assert caught.value.reason is not None
+        assert caught.value.reason.startswith("ConnectionError: ")
+        assert caught.value.reason in str(caught.value)
     with pytest.raises(StoreUnavailable, match=r"redis://127\.0\.0\.1"):
         store.read_all()
     assert time.monotonic() - started < 5

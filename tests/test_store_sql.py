@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from contract import MaintenanceContract, StoreContract
 
 from autoseq import SequenceConfig
 from autoseq.stores import SQLStore
+from autoseq.testing.contract import MaintenanceContract, StoreContract
 
 
 class TestSQLStore(StoreContract):
@@ -189,3 +189,27 @@ def test_rows_the_one_statement_cannot_take_are_served_under_the_row_lock(
     first, last, current = expected
     assert (block.first, block.last) == (first, last)
     assert sql_store.read("edge").current == current
+
+
+def test_driver_errors_become_store_unavailable_saying_what_and_why() -> None:
+    """An unreachable server: StoreUnavailable with the operation and the driver's reason."""
+    import socket
+
+    from autoseq import StoreUnavailable
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    store = SQLStore(f"postgresql+psycopg://postgres@127.0.0.1:{port}/x", statement_timeout=2)
+    for operation, call in (
+        ("upgrade_table", lambda: store.reserve("orders", 10)),
+        ("create_table", store.create_table),
+    ):
+        with pytest.raises(StoreUnavailable, match=r"127\.0\.0\.1") as caught:
+            call()
+        assert caught.value.operation == operation
+        assert caught.value.reason is not None
+        assert caught.value.reason.startswith("OperationalError: ")
+        assert caught.value.reason in str(caught.value)
+        assert isinstance(caught.value.__cause__, sa.exc.OperationalError)
+    store.close()

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import weakref
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from autoseq import _hooks
 from autoseq.config import MAX_VALUE, SequenceConfig
 from autoseq.errors import InvalidCount, SequenceExhausted
 
@@ -84,7 +84,7 @@ def plan_reservation(row: SequenceConfig, count: int) -> tuple[Block, int]:
 class SequenceStore(Protocol):
     """Where ``sys_sequence`` rows live; a store is one file of autoseq.
 
-    Contract (``tests/contract.py`` checks it against every store):
+    Contract (:mod:`autoseq.testing.contract` checks it against every store):
 
     * ``reserve(name, count)`` atomically takes the next ``count`` values
       (fewer only at ``end``) in the store's own transaction, committed before
@@ -145,4 +145,4 @@ def _after_fork_in_child() -> None:
         store.after_fork()
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+_hooks.on_fork(after_in_child=_after_fork_in_child)

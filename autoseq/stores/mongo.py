@@ -1,6 +1,6 @@
 """``MongoStore``: ``sys_sequence`` rows as MongoDB documents (pymongo).
 
-One document per sequence, ``_id`` = the name, beside the DESIGN.md fields.
+One document per sequence, ``_id`` = the name, beside the row's other fields.
 A reservation is a compare-and-set: compute the block from the row with
 :func:`~autoseq.stores.base.plan_reservation`, then ``find_one_and_update``
 filtered on the ``current`` (and the settings) it was computed from. The
@@ -50,6 +50,7 @@ from autoseq.errors import (
     SequenceNotFound,
     StoreUnavailable,
 )
+from autoseq.stores._errors import translating, unavailable
 from autoseq.stores.base import Block, check_count, plan_reservation, reset_after_fork
 
 if TYPE_CHECKING:
@@ -175,26 +176,25 @@ class MongoStore:
                 self._collection = collection
         return collection
 
-    def _run(self, what: str, name: str | None, operation: Callable[[], _T]) -> _T:
-        """Run ``operation`` outside any bound session, translating driver errors."""
+    def _run(self, op: str, what: str, name: str | None, operation: Callable[[], _T]) -> _T:
+        """Run ``operation`` outside any bound session, translating driver errors.
+
+        ``op`` names the store operation (``"reserve"``...) and ``what`` says
+        it in words, for :class:`StoreUnavailable`.
+        """
 
         def bounded() -> _T:
             with pymongo.timeout(self.timeout):
                 return operation()
 
-        try:
+        with translating(PyMongoError, self._translate, op, what, name):
             return contextvars.Context().run(bounded)
-        except PyMongoError as exc:
-            raise self._translate(exc, what, name) from exc
 
-    def _translate(self, exc: BaseException, what: str, name: str | None) -> StoreUnavailable:
-        text = str(exc).strip().splitlines()
-        detail = text[0] if text else type(exc).__name__
-        return StoreUnavailable(
-            f"{what} in {self.database_name}.{self.collection_name} failed: "
-            f"{type(exc).__name__}: {detail}",
-            name=name,
-        )
+    def _translate(
+        self, exc: BaseException, operation: str, what: str, name: str | None
+    ) -> StoreUnavailable:
+        where = f"in {self.database_name}.{self.collection_name}"
+        return unavailable(exc, operation=operation, what=what, where=where, name=name)
 
     # rows -------------------------------------------------------------------
 
@@ -217,34 +217,39 @@ class MongoStore:
             # Either way the winner's row is there now.
             return stored or self.collection.find_one({"_id": config.name})
 
-        stored = self._run(f"creating sequence {config.name!r}", config.name, upsert)
+        stored = self._run("create", f"creating sequence {config.name!r}", config.name, upsert)
         if stored is None:  # pragma: no cover - deleted between upsert and read
             raise SequenceNotFound(config.name, "it was deleted while being created")
         return self._remember(stored)
 
     def read(self, name: str) -> SequenceConfig | None:
-        validate_name(name)
-        stored = self._run(
-            f"reading sequence {name!r}", name, lambda: self.collection.find_one({"_id": name})
-        )
+        stored = self._find(name)
         return None if stored is None else self._remember(stored)
 
     def read_raw(self, name: str) -> dict[str, Any] | None:
         """The stored document as plain data, unvalidated (for repairs)."""
-        validate_name(name)
-        stored = self._run(
-            f"reading sequence {name!r}", name, lambda: self.collection.find_one({"_id": name})
-        )
+        stored = self._find(name)
         return None if stored is None else {**stored, "name": stored["_id"]}
 
+    def _find(self, name: str) -> Mapping[str, Any] | None:
+        """The stored document of ``name``, or None."""
+        validate_name(name)
+        return self._run(
+            "read",
+            f"reading sequence {name!r}",
+            name,
+            lambda: self.collection.find_one({"_id": name}),
+        )
+
     def read_all(self) -> list[SequenceConfig]:
-        rows = self._run("reading sequences", None, lambda: list(self.collection.find({})))
+        rows = self._run("read", "reading sequences", None, lambda: list(self.collection.find({})))
         return sorted((self._remember(row) for row in rows), key=lambda row: row.name)
 
     def update(self, config: SequenceConfig) -> SequenceConfig:
         row = _document(config)
         del row["_id"], row["version"]
         stored = self._run(
+            "update",
             f"updating sequence {config.name!r}",
             config.name,
             lambda: self.collection.find_one_and_update(
@@ -263,14 +268,17 @@ class MongoStore:
         validate_name(name)
         self._rows.pop(name, None)
         result = self._run(
-            f"deleting sequence {name!r}", name, lambda: self.collection.delete_one({"_id": name})
+            "delete",
+            f"deleting sequence {name!r}",
+            name,
+            lambda: self.collection.delete_one({"_id": name}),
         )
         return result.deleted_count == 1
 
     def drop(self) -> None:
         """Drop the whole collection (tests, maintenance)."""
         self._rows.clear()
-        self._run("dropping the sequence collection", None, lambda: self.collection.drop())
+        self._run("drop", "dropping the sequence collection", None, lambda: self.collection.drop())
 
     def _remember(self, stored: Mapping[str, Any]) -> SequenceConfig:
         row = _config(stored)
@@ -351,6 +359,7 @@ class MongoStore:
         token = uuid.uuid4().hex
         try:
             after = self._run(
+                "reserve",
                 f"reserving from sequence {name!r}",
                 name,
                 lambda: self.collection.find_one_and_update(
@@ -388,9 +397,7 @@ class MongoStore:
         return block
 
     def _fetch(self, name: str) -> Mapping[str, Any]:
-        stored = self._run(
-            f"reading sequence {name!r}", name, lambda: self.collection.find_one({"_id": name})
-        )
+        stored = self._find(name)
         if stored is None:
             self._rows.pop(name, None)
             raise SequenceNotFound(name)
@@ -403,6 +410,7 @@ class MongoStore:
         guard = {"_id": name, "current": stored["current"], **_version_is(stored)}
         guard.update({field: stored[field] for field in _PLAN_FIELDS})
         return self._run(
+            "reserve",
             f"reserving from sequence {name!r}",
             name,
             lambda: self.collection.find_one_and_update(
@@ -415,6 +423,7 @@ class MongoStore:
     def release(self, block: Block) -> bool:
         validate_name(block.name)
         updated = self._run(
+            "release",
             f"releasing a block of {block.name!r}",
             block.name,
             lambda: self.collection.find_one_and_update(
@@ -453,7 +462,7 @@ class MongoStore:
                 raise SequenceNotFound(row.name)
             return updated
 
-        stored = self._run(f"writing sequence {row.name!r}", row.name, write)
+        stored = self._run("compare_and_set", f"writing sequence {row.name!r}", row.name, write)
         if stored is None:
             self._rows.pop(row.name, None)
             return None

@@ -2,7 +2,7 @@
 
 Layout, for a store with prefix ``P`` (default ``sys_sequence``)::
 
-    {P}:seq:<name>   a hash with the DESIGN.md fields (name, start, end, step,
+    {P}:seq:<name>   a hash with the row's fields (name, start, end, step,
                      current, batch, batch_count, cycle, updated_at)
     {P}:names        a sorted set of every name (score 0), for read_all()
 
@@ -41,6 +41,7 @@ import logging
 import re
 import threading
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
@@ -58,6 +59,7 @@ from autoseq.errors import (
     SequenceNotFound,
     StoreUnavailable,
 )
+from autoseq.stores._errors import translating, unavailable
 from autoseq.stores.base import Block, check_count, reset_after_fork
 
 log = logging.getLogger("autoseq")
@@ -306,13 +308,17 @@ class RedisStore:
             return f"unix://{kwargs['path']}?db={kwargs.get('db', 0)}"
         return f"redis://{kwargs.get('host', '?')}:{kwargs.get('port', '?')}/{kwargs.get('db', 0)}"
 
-    def _translate(self, exc: BaseException, what: str, name: str | None) -> StoreUnavailable:
-        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        error = StoreUnavailable(
-            f"{what} on {self._target()} failed: {type(exc).__name__}: {text}", name=name
-        )
-        error.__cause__ = exc
-        return error
+    def _translate(
+        self, exc: BaseException, operation: str, what: str, name: str | None
+    ) -> StoreUnavailable:
+        where = f"on {self._target()}"
+        return unavailable(exc, operation=operation, what=what, where=where, name=name)
+
+    def _errors(
+        self, operation: str, what: str, name: str | None = None
+    ) -> AbstractContextManager[None]:
+        """Turn a Redis error raised inside into ``StoreUnavailable`` saying ``what`` failed."""
+        return translating(_REDIS_ERRORS, self._translate, operation, what, name)
 
     def _note_seen(self, row: SequenceConfig) -> None:
         with self._seen_lock:
@@ -323,7 +329,7 @@ class RedisStore:
 
     def create(self, config: SequenceConfig) -> SequenceConfig:
         key = self.key(config.name)
-        try:
+        with self._errors("create", f"creating sequence {config.name!r}", config.name):
             if self.floor is not None:
                 existing = _pairs(self.client.hgetall(key))
                 if existing:
@@ -332,8 +338,6 @@ class RedisStore:
             created, raw = self._create(
                 keys=[key, self.index_key], args=_row_args(opening), client=self.client
             )
-        except _REDIS_ERRORS as exc:
-            raise self._translate(exc, f"creating sequence {config.name!r}", config.name) from exc
         if created:
             if opening.next_value != config.next_value:
                 log.warning(
@@ -360,10 +364,8 @@ class RedisStore:
 
     def read(self, name: str) -> SequenceConfig | None:
         key = self.key(name)
-        try:
+        with self._errors("read", f"reading sequence {name!r}", name):
             raw = _pairs(self.client.hgetall(key))
-        except _REDIS_ERRORS as exc:
-            raise self._translate(exc, f"reading sequence {name!r}", name) from exc
         return self._decode(name, raw) if raw else None
 
     def read_raw(self, name: str) -> dict[str, Any] | None:
@@ -373,10 +375,8 @@ class RedisStore:
         the string Redis holds, for the repair to refuse.
         """
         key = self.key(name)
-        try:
+        with self._errors("read", f"reading sequence {name!r}", name):
             raw = _pairs(self.client.hgetall(key))
-        except _REDIS_ERRORS as exc:
-            raise self._translate(exc, f"reading sequence {name!r}", name) from exc
         if not raw:
             return None
         values: dict[str, Any] = {}
@@ -392,14 +392,12 @@ class RedisStore:
         return values
 
     def read_all(self) -> list[SequenceConfig]:
-        try:
+        with self._errors("read", "reading sequences"):
             names = [_bytes(raw).decode() for raw in self.client.zrange(self.index_key, 0, -1)]
             pipe = self.client.pipeline(transaction=False)
             for name in names:
                 pipe.hgetall(self.key(name))
             rows = pipe.execute()
-        except _REDIS_ERRORS as exc:
-            raise self._translate(exc, "reading sequences", None) from exc
         # A name whose hash is gone (deleted by hand) is skipped, not an error.
         found = [
             self._decode(name, _pairs(raw)) for name, raw in zip(names, rows, strict=True) if raw
@@ -408,12 +406,10 @@ class RedisStore:
 
     def update(self, config: SequenceConfig) -> SequenceConfig:
         key = self.key(config.name)
-        try:
+        with self._errors("update", f"updating sequence {config.name!r}", config.name):
             raw = self._update(
                 keys=[key, self.index_key], args=_row_args(config), client=self.client
             )
-        except _REDIS_ERRORS as exc:
-            raise self._translate(exc, f"updating sequence {config.name!r}", config.name) from exc
         if raw is None:
             raise SequenceNotFound(config.name)
         return self._decode(config.name, _pairs(raw))
@@ -421,13 +417,11 @@ class RedisStore:
     def delete(self, name: str) -> bool:
         """Remove a row and its index entry; True if the row existed."""
         key = self.key(name)
-        try:
+        with self._errors("delete", f"deleting sequence {name!r}", name):
             pipe = self.client.pipeline(transaction=True)
             pipe.delete(key)
             pipe.zrem(self.index_key, name)
             deleted, _ = pipe.execute()
-        except _REDIS_ERRORS as exc:
-            raise self._translate(exc, f"deleting sequence {name!r}", name) from exc
         self._plans.pop(name, None)
         with self._seen_lock:
             self._seen.pop(name, None)
@@ -435,12 +429,10 @@ class RedisStore:
 
     def drop_all(self) -> int:
         """Delete every row of this store's prefix (tests, maintenance); returns how many."""
-        try:
+        with self._errors("drop", "deleting every sequence"):
             keys = list(self.client.scan_iter(match=f"{{{self.prefix}}}:*", count=500))
             if keys:
                 self.client.delete(*keys)
-        except _REDIS_ERRORS as exc:
-            raise self._translate(exc, "deleting every sequence", None) from exc
         self._plans.clear()
         with self._seen_lock:
             self._seen.clear()
@@ -460,10 +452,8 @@ class RedisStore:
                 args += [config.last_value, span, "1" if config.cycle else "0", _now()]
             else:  # nothing known yet: the script hands the row back
                 args += [0, 0, "0", _now()]
-            try:
+            with self._errors("reserve", f"reserving from sequence {name!r}", name):
                 reply = self._reserve(keys=[key], args=args, client=self.client)
-            except _REDIS_ERRORS as exc:
-                raise self._translate(exc, f"reserving from sequence {name!r}", name) from exc
             status = _bytes(reply[0])
             if status == b"ok":
                 raw = dict(zip(_PLAN_FIELDS, raw_settings, strict=True))
@@ -513,7 +503,7 @@ class RedisStore:
 
     def release(self, block: Block) -> bool:
         key = self.key(block.name)
-        try:
+        with self._errors("release", f"releasing a block of {block.name!r}", block.name):
             released = self._release(
                 keys=[key],
                 args=[
@@ -525,19 +515,15 @@ class RedisStore:
                 ],
                 client=self.client,
             )
-        except _REDIS_ERRORS as exc:
-            raise self._translate(exc, f"releasing a block of {block.name!r}", block.name) from exc
         return bool(released)
 
     def compare_and_set(self, row: SequenceConfig, version: int) -> SequenceConfig | None:
         key = self.key(row.name)
         fields = _row_args(row)[1:]  # the name is the key's, never rewritten
-        try:
+        with self._errors("compare_and_set", f"writing sequence {row.name!r}", row.name):
             reply = self._compare_and_set(
                 keys=[key], args=[version, version + 1, *fields], client=self.client
             )
-        except _REDIS_ERRORS as exc:
-            raise self._translate(exc, f"writing sequence {row.name!r}", row.name) from exc
         status = _bytes(reply[0])
         if status == b"missing":
             raise SequenceNotFound(row.name)

@@ -25,18 +25,19 @@ import socket
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, suppress
 from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import event
-from sqlalchemy.engine import Connection, Engine, make_url
+from sqlalchemy.engine import Connection, Engine, RowMapping, make_url
 from sqlalchemy.engine.url import URL
 from sqlalchemy.exc import DBAPIError, IntegrityError, NoSuchTableError, SQLAlchemyError
 from sqlalchemy.pool import QueuePool
 
+from autoseq import _hooks
 from autoseq.config import MAX_VALUE, NAME_MAX_LENGTH, SequenceConfig, validate_name
 from autoseq.errors import (
     InvalidSequenceConfig,
@@ -44,6 +45,7 @@ from autoseq.errors import (
     SequenceNotFound,
     StoreUnavailable,
 )
+from autoseq.stores._errors import translating, unavailable
 from autoseq.stores.base import Block, check_count, plan_reservation, reset_after_fork
 
 log = logging.getLogger("autoseq")
@@ -63,7 +65,7 @@ def validate_table_name(table: object) -> str:
 
 
 def sequence_table(name: str = "sys_sequence", metadata: sa.MetaData | None = None) -> sa.Table:
-    """The ``sys_sequence`` table as SQLAlchemy Core sees it (DESIGN.md schema)."""
+    """The ``sys_sequence`` table as SQLAlchemy Core sees it (the schema every store shares)."""
     return sa.Table(
         validate_table_name(name),
         metadata if metadata is not None else sa.MetaData(),
@@ -312,19 +314,28 @@ class SQLStore:
         with self._gate.passage(), self._deadline(), self.engine.connect() as connection:
             yield connection
 
-    def _translate(self, exc: BaseException, what: str, name: str | None) -> StoreUnavailable:
-        target = self.url.render_as_string(hide_password=True)
+    def _translate(
+        self, exc: BaseException, operation: str, what: str, name: str | None
+    ) -> StoreUnavailable:
         stalled = (
             f" (no answer within statement_timeout={self.statement_timeout}s)"
             if getattr(exc, "autoseq_stalled", False)
             else ""
         )
-        error = StoreUnavailable(
-            f"{what} on {target} failed{stalled}: {type(exc).__name__}: {_first_line(exc)}",
-            name=name,
+        target = self.url.render_as_string(hide_password=True)
+        return unavailable(
+            exc, operation=operation, what=what, where=f"on {target}", name=name, note=stalled
         )
-        error.__cause__ = exc
-        return error
+
+    def _errors(
+        self,
+        operation: str,
+        what: str,
+        name: str | None = None,
+        catch: type[BaseException] | tuple[type[BaseException], ...] = DBAPIError,
+    ) -> AbstractContextManager[None]:
+        """Turn a driver error raised inside into ``StoreUnavailable`` saying ``what`` failed."""
+        return translating(catch, self._translate, operation, what, name)
 
     # table ----------------------------------------------------------------
 
@@ -343,7 +354,9 @@ class SQLStore:
             except SQLAlchemyError:
                 exists = False
             if not exists:
-                raise self._translate(exc, "creating the sequence table", None) from exc
+                raise self._translate(
+                    exc, "create_table", "creating the sequence table", None
+                ) from exc
         self._table_ready = True
         self._version_ready = False  # look again: a migration may have just dropped it
         self._ensure_version_column()
@@ -361,7 +374,7 @@ class SQLStore:
         """Add ``version`` to a table made before it existed (once per store)."""
         if self._version_ready:
             return
-        try:
+        with self._errors("upgrade_table", "upgrading the sequence table", catch=SQLAlchemyError):
             with self._deadline():
                 inspector = sa.inspect(self.engine)
                 if not inspector.has_table(self.table_name):
@@ -384,8 +397,6 @@ class SQLStore:
                         }
                     if "version" not in columns:
                         raise
-        except SQLAlchemyError as exc:
-            raise self._translate(exc, "upgrading the sequence table", None) from exc
         self._version_ready = True
 
     # rows -----------------------------------------------------------------
@@ -393,77 +404,58 @@ class SQLStore:
     def create(self, config: SequenceConfig) -> SequenceConfig:
         self._ensure_table()
         row = config.as_row() | {"updated_at": _now(), "version": 0}
-        try:
-            with self._transaction() as connection:
-                connection.execute(sa.insert(self.table).values(row))
-        except IntegrityError:
-            pass  # another process created it first: the stored row wins
-        except DBAPIError as exc:
-            raise self._translate(exc, f"creating sequence {config.name!r}", config.name) from exc
+        with self._errors("create", f"creating sequence {config.name!r}", config.name):
+            try:
+                with self._transaction() as connection:
+                    connection.execute(sa.insert(self.table).values(row))
+            except IntegrityError:
+                pass  # another process created it first: the stored row wins
         stored = self.read(config.name)
         if stored is None:  # pragma: no cover - deleted between insert and read
             raise SequenceNotFound(config.name, "it was deleted while being created")
         return stored
 
     def read(self, name: str) -> SequenceConfig | None:
-        validate_name(name)
-        self._ensure_version_column()
-        try:
-            with self._connection() as connection:
-                row = (
-                    connection.execute(sa.select(self.table).where(self.table.c.name == name))
-                    .mappings()
-                    .first()
-                )
-        except (NoSuchTableError, DBAPIError) as exc:
-            if self._missing_table(exc):
-                return None
-            raise self._translate(exc, f"reading sequence {name!r}", name) from exc
+        row = self.read_raw(name)
         return None if row is None else SequenceConfig.from_row(row)
 
     def read_raw(self, name: str) -> dict[str, Any] | None:
         """The stored row as the driver returns it, unvalidated (for repairs)."""
         validate_name(name)
-        self._ensure_version_column()
-        try:
-            with self._connection() as connection:
-                row = (
-                    connection.execute(sa.select(self.table).where(self.table.c.name == name))
-                    .mappings()
-                    .first()
-                )
-        except (NoSuchTableError, DBAPIError) as exc:
-            if self._missing_table(exc):
-                return None
-            raise self._translate(exc, f"reading sequence {name!r}", name) from exc
-        return None if row is None else dict(row)
+        statement = sa.select(self.table).where(self.table.c.name == name)
+        rows = self._select(statement, f"reading sequence {name!r}", name)
+        return dict(rows[0]) if rows else None
 
     def read_all(self) -> list[SequenceConfig]:
+        statement = sa.select(self.table).order_by(self.table.c.name)
+        return [
+            SequenceConfig.from_row(row) for row in self._select(statement, "reading sequences")
+        ]
+
+    def _select(
+        self, statement: sa.Select[Any], what: str, name: str | None = None
+    ) -> Sequence[RowMapping]:
+        """The rows ``statement`` reads; none while the table does not exist yet."""
         self._ensure_version_column()
         try:
             with self._connection() as connection:
-                rows = (
-                    connection.execute(sa.select(self.table).order_by(self.table.c.name))
-                    .mappings()
-                    .all()
-                )
+                return connection.execute(statement).mappings().all()
         except (NoSuchTableError, DBAPIError) as exc:
             if self._missing_table(exc):
                 return []
-            raise self._translate(exc, "reading sequences", None) from exc
-        return [SequenceConfig.from_row(row) for row in rows]
+            raise self._translate(exc, "read", what, name) from exc
 
     def update(self, config: SequenceConfig) -> SequenceConfig:
         self._ensure_version_column()
         row = config.as_row() | {"updated_at": _now(), "version": self.table.c.version + 1}
         del row["name"]
-        try:
-            with self._transaction() as connection:
-                result = connection.execute(
-                    sa.update(self.table).where(self.table.c.name == config.name).values(row)
-                )
-        except DBAPIError as exc:
-            raise self._translate(exc, f"updating sequence {config.name!r}", config.name) from exc
+        with (
+            self._errors("update", f"updating sequence {config.name!r}", config.name),
+            self._transaction() as connection,
+        ):
+            result = connection.execute(
+                sa.update(self.table).where(self.table.c.name == config.name).values(row)
+            )
         if result.rowcount != 1:
             raise SequenceNotFound(config.name)
         stored = self.read(config.name)
@@ -505,7 +497,8 @@ class SQLStore:
                     ) from None
                 late = time.monotonic() > gives_up
                 if not _retryable(exc) or (late and exc.connection_invalidated):
-                    raise self._translate(exc, f"reserving from sequence {name!r}", name) from exc
+                    what = f"reserving from sequence {name!r}"
+                    raise self._translate(exc, "reserve", what, name) from exc
                 if late:
                     break
             time.sleep(min(0.2, 0.001 * 2 ** min(attempt, 8)) * random.random())
@@ -571,19 +564,19 @@ class SQLStore:
     def release(self, block: Block) -> bool:
         t = self.table
         self._ensure_version_column()
-        try:
-            with self._transaction() as connection:
-                result = connection.execute(
-                    sa.update(t)
-                    .where(
-                        t.c.name == block.name,
-                        t.c.version == block.version,
-                        t.c.current == block.last + block.step,
-                    )
-                    .values(current=block.first, updated_at=_now(), version=block.version + 1)
+        with (
+            self._errors("release", f"releasing a block of {block.name!r}", block.name),
+            self._transaction() as connection,
+        ):
+            result = connection.execute(
+                sa.update(t)
+                .where(
+                    t.c.name == block.name,
+                    t.c.version == block.version,
+                    t.c.current == block.last + block.step,
                 )
-        except DBAPIError as exc:
-            raise self._translate(exc, f"releasing a block of {block.name!r}", block.name) from exc
+                .values(current=block.first, updated_at=_now(), version=block.version + 1)
+            )
         return result.rowcount == 1
 
     def compare_and_set(self, row: SequenceConfig, version: int) -> SequenceConfig | None:
@@ -591,20 +584,18 @@ class SQLStore:
         self._ensure_version_column()
         values = row.as_row() | {"updated_at": _now(), "version": version + 1}
         del values["name"]
-        try:
-            with self._transaction() as connection:
-                result = connection.execute(
-                    sa.update(t).where(t.c.name == row.name, t.c.version == version).values(values)
-                )
-                if result.rowcount != 1:
-                    exists = connection.execute(
-                        sa.select(t.c.name).where(t.c.name == row.name)
-                    ).first()
-                    if exists is None:
-                        raise SequenceNotFound(row.name)
-                    return None
-        except DBAPIError as exc:
-            raise self._translate(exc, f"writing sequence {row.name!r}", row.name) from exc
+        with (
+            self._errors("compare_and_set", f"writing sequence {row.name!r}", row.name),
+            self._transaction() as connection,
+        ):
+            result = connection.execute(
+                sa.update(t).where(t.c.name == row.name, t.c.version == version).values(values)
+            )
+            if result.rowcount != 1:
+                exists = connection.execute(sa.select(t.c.name).where(t.c.name == row.name)).first()
+                if exists is None:
+                    raise SequenceNotFound(row.name)
+                return None
         return self.read(row.name)
 
     def _missing_table(self, exc: BaseException) -> bool:
@@ -754,7 +745,7 @@ def _forget_gates_in_child() -> None:
     _closed_at_fork.clear()  # SQLStore.after_fork gives each store a new gate
 
 
-os.register_at_fork(
+_hooks.on_fork(
     before=_close_gates_before_fork,
     after_in_parent=_reopen_gates_in_parent,
     after_in_child=_forget_gates_in_child,
@@ -848,11 +839,6 @@ def _enable_wal(dbapi_connection: Any, timeout: float) -> None:
                 raise
         time.sleep(pause * random.uniform(0.5, 1.5))
         pause = min(pause * 2, 0.2)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(getattr(exc, "orig", None) or exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _now() -> datetime:

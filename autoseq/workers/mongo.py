@@ -85,7 +85,9 @@ class MongoWorkers:
             return False  # lost every race: read again
 
         for _ in range(8):
-            result = self.store._run(f"leasing a worker id of snowflake {name!r}", name, attempt)
+            result = self.store._run(
+                "lease", f"leasing a worker id of snowflake {name!r}", name, attempt
+            )
             if result is not False:
                 return result  # type: ignore[return-value]
         return None
@@ -113,12 +115,12 @@ class MongoWorkers:
                 return_document=ReturnDocument.AFTER,
             )
 
-        return self.store._run(f"{what} worker {lease.worker}", lease.name, write)
+        return self.store._run("lease", f"{what} worker {lease.worker}", lease.name, write)
 
     def list_workers(self, name: str | None = None) -> list[WorkerLease]:
         query = {} if name is None else {"name": name}
         docs = self.store._run(
-            "listing worker leases", name, lambda: list(self.collection.find(query))
+            "lease", "listing worker leases", name, lambda: list(self.collection.find(query))
         )
         return sorted(map(_lease, docs), key=lambda r: (r.name, r.worker))
 

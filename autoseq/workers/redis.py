@@ -87,7 +87,7 @@ class RedisWorkers:
             raise self._fail(exc, what, name) from exc
 
     def _fail(self, exc: BaseException, what: str, name: str | None) -> StoreUnavailable:
-        return self.store._translate(exc, what, name)
+        return self.store._translate(exc, "lease", what, name)
 
     def acquire_worker(
         self, name: str, owner: str, count: int, now_ms: int, ttl_ms: int

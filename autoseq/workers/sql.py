@@ -68,7 +68,7 @@ class SQLWorkers:
         self._ready = False
 
     def _fail(self, exc: BaseException, what: str, name: str | None) -> StoreUnavailable:
-        return self.store._translate(exc, what, name)
+        return self.store._translate(exc, "lease", what, name)
 
     def _read(self, connection: Any, name: str | None) -> list[WorkerLease]:
         t = self.table

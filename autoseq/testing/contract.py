@@ -1,12 +1,27 @@
-"""The store contract: every store's test module subclasses ``StoreContract``.
+"""The store contract, for pytest: a store proves itself by subclassing these classes.
 
-A subclass only provides the ``store`` fixture (a fresh, empty store on its
-real server); every behaviour below is then checked against that store.
+A test module subclasses :class:`StoreContract` (and
+:class:`MaintenanceContract`) and provides only the ``store`` fixture: a
+fresh, empty store on its real server. Every behaviour below is then checked
+against that store, as autoseq's own stores are (see ``docs/stores.md``)::
+
+    from autoseq.testing.contract import StoreContract
+
+    class TestMyStore(StoreContract):
+        @pytest.fixture
+        def store(self):
+            store = MyStore(...)
+            yield store
+            store.close()
+
+This module imports pytest; ``autoseq`` itself never imports it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 import threading
 from typing import Any
 
@@ -36,7 +51,13 @@ HOSTILE_NAMES = [
 
 
 class StoreContract:
-    """Behaviour every ``SequenceStore`` must have, checked on a real server."""
+    """Behaviour every ``SequenceStore`` must have, checked on a real server.
+
+    ``shared_between_processes``: set it False for a store whose rows live
+    in one process's memory (``MemoryStore``); the fork test then skips.
+    """
+
+    shared_between_processes = True
 
     @pytest.fixture
     def store(self) -> Any:
@@ -225,7 +246,7 @@ class StoreContract:
         """Non-string or empty names get InvalidSequenceConfig before any I/O."""
         for bad in (None, 12, "", " padded ", "a\x00b", "y" * 192, "lone\ud800surrogate"):
             with pytest.raises(InvalidSequenceConfig):
-                store.reserve(bad, 1)  # type: ignore[arg-type]
+                store.reserve(bad, 1)
         assert store.read_all() == []
 
     def test_threads_never_share_a_value(self, store: Any) -> None:
@@ -247,6 +268,55 @@ class StoreContract:
             thread.join()
         assert len(seen) == len(set(seen)) == 8 * 15 * 7
         assert sorted(seen) == list(range(1, 8 * 15 * 7 + 1))
+
+    def test_after_fork_keeps_the_rows_and_the_order(self, store: Any) -> None:
+        """after_fork() (what a forked child calls) drops connections, never rows or order."""
+        store.create(SequenceConfig("af"))
+        assert store.reserve("af", 5).first == 1
+        store.after_fork()
+        assert store.reserve("af", 5).first == 6
+        assert store.read("af").current == 11
+
+    def test_a_forked_child_reserves_apart_from_its_parent(self, store: Any) -> None:
+        """A child process (after_fork) and its parent reserve at once: no value twice."""
+        if not self.shared_between_processes:
+            pytest.skip(f"{type(store).__name__} keeps its rows in one process")
+        if not hasattr(os, "fork"):
+            pytest.skip("no os.fork on this platform")
+        store.create(SequenceConfig("fork"))
+        store.reserve("fork", 10)  # connections open before the fork, to be dropped
+        reader, writer = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child reports through the pipe
+            code = 1
+            try:
+                store.after_fork()
+                blocks = [store.reserve("fork", 10) for _ in range(20)]
+                os.write(writer, json.dumps([[b.first, b.last] for b in blocks]).encode())
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(writer)
+        parent = [store.reserve("fork", 10) for _ in range(20)]
+        data = b""
+        while chunk := os.read(reader, 65536):
+            data += chunk
+        os.close(reader)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, "the child failed to reserve"
+        values = [v for first, last in json.loads(data) for v in range(first, last + 1)]
+        values += [v for block in parent for v in block.values()]
+        assert len(values) == len(set(values)) == 400
+        assert store.read("fork").current == 411
+
+    def test_close_after_the_registry_is_safe_to_repeat(self, store: Any) -> None:
+        """A registry closes first (its tail goes back), then store.close(); twice is harmless."""
+        registry = SequenceRegistry(store, auto_create=True)
+        assert registry.next("closing") == 1
+        registry.close()
+        assert store.read("closing").current == 2
+        store.close()
+        store.close()
 
     def test_registry_serves_through_store(self, store: Any) -> None:
         """A registry on this store serves ordered values and hands the tail back on close."""
@@ -349,7 +419,7 @@ class MaintenanceContract:
                     values = list(store.reserve("race", 10).values())
                     with guard:
                         seen.extend(values)
-            except BaseException as exc:  # reported below
+            except BaseException as exc:  # noqa: BLE001 - reported below
                 errors.append(exc)
 
         def jump() -> None:
@@ -359,7 +429,7 @@ class MaintenanceContract:
                     # a reservation landing in between makes +5 a step back: refused
                     with contextlib.suppress(ValueMovesBackward):
                         maintenance.set_current(store, "race", current + 5)
-            except BaseException as exc:  # reported below
+            except BaseException as exc:  # noqa: BLE001 - reported below
                 errors.append(exc)
 
         threads = [threading.Thread(target=reserve) for _ in range(3)]

@@ -1,4 +1,9 @@
-"""Test helpers for users and for autoseq's own suites: a store you can slow down or cut."""
+"""Test helpers for users and for autoseq's own suites.
+
+:class:`FlakyStore` is a store you can slow down or cut. The store contract
+suite (pytest) is in :mod:`autoseq.testing.contract`, imported on its own so
+that ``import autoseq.testing`` never imports pytest.
+"""
 
 from __future__ import annotations
 

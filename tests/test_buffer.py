@@ -1,0 +1,198 @@
+"""The pure parts of serving: the buffer of blocks in hand, block sizing and back-off.
+
+No threads, no clock and no store: each test drives one part by hand.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from autoseq import SequenceConfig
+from autoseq.buffer import Buffer
+from autoseq.pacing import DEFAULT_MAX_BATCH_COUNT, Backoff, BlockSizer, LowRemainingAlarm
+from autoseq.stores.base import Block
+
+ROW = SequenceConfig("b")
+
+
+def block(first: int, last: int, step: int = 1) -> Block:
+    return Block("b", first, last, step, ROW)
+
+
+def loaded(*blocks: Block, prefetch_at: float | None = None) -> Buffer:
+    buffer = Buffer(prefetch_at)
+    for each in blocks:
+        buffer.add(each)
+    buffer.latest = blocks[-1]
+    return buffer
+
+
+def test_take_serves_the_current_block_in_runs_then_reports_it_spent() -> None:
+    """take(n) hands out at most what the current block holds, in order, then None."""
+    buffer = loaded(block(1, 10))
+    assert buffer.take(3) is None  # nothing current until a block is started
+    assert buffer.start_next()
+    assert buffer.take(3) == (1, 3, 1)
+    assert buffer.take(100) == (4, 10, 1)
+    assert buffer.take(1) is None
+    assert not buffer.start_next()
+
+
+def test_take_follows_the_step() -> None:
+    """A block with step 5 is served 5 apart and counted in values, not units."""
+    buffer = loaded(block(10, 30, 5))
+    buffer.start_next()
+    assert buffer.take(2) == (10, 15, 5)
+    assert buffer.current_left(buffer.next) == 3
+
+
+def test_prefetch_point_is_a_share_of_the_last_block_in_hand() -> None:
+    """The fast run stops at prefetch_at of the last block; with more queued it runs to the end."""
+    buffer = loaded(block(1, 100), prefetch_at=0.1)
+    buffer.start_next()
+    assert buffer.fast_until == 10
+    buffer.take(9)
+    assert not buffer.past_prefetch_point()
+    buffer.take(1)
+    assert buffer.past_prefetch_point()
+    buffer.serve_to_end()
+    assert buffer.fast_until == 100
+    two = loaded(block(1, 100), block(101, 200), prefetch_at=0.1)
+    two.start_next()
+    assert two.fast_until == 100
+
+
+def test_an_armed_run_settles_to_exactly_what_it_did_not_serve() -> None:
+    """Values taken from the armed iterator are served; settle() leaves next on the first left."""
+    buffer = loaded(block(1, 19, 2))
+    buffer.start_next()
+    fast = buffer.arm()
+    assert fast is not None
+    assert [next(fast), next(fast)] == [1, 3]
+    assert buffer.position(fast) == 5
+    buffer.settle(fast)
+    assert buffer.next == 5
+    assert buffer.fast_stop is None
+    assert list(fast) == []  # drained: nothing can be served twice
+    assert buffer.take(100) == (5, 19, 2)
+    assert buffer.arm() is None
+
+
+def test_peek_and_counts_see_the_current_and_queued_blocks() -> None:
+    """peek() is the next value in hand; current_left and queued count what is left."""
+    buffer = loaded(block(1, 5), block(6, 10))
+    assert buffer.peek(buffer.next) == 1
+    buffer.start_next()
+    buffer.take(5)
+    assert buffer.current_left(buffer.next) == 0
+    assert buffer.queued() == 5
+    assert buffer.peek(buffer.next) == 6
+    buffer.start_next()
+    buffer.take(5)
+    assert buffer.peek(buffer.next) is None
+
+
+def test_give_back_puts_a_failed_calls_runs_in_front_in_order() -> None:
+    """Runs a failed call took are served again first, before the rest of the block."""
+    buffer = loaded(block(1, 10))
+    buffer.start_next()
+    runs = [buffer.take(2), buffer.take(3)]
+    buffer.give_back(run for run in runs if run is not None)
+    served = []
+    while buffer.start_next():
+        while (run := buffer.take(100)) is not None:
+            served.extend(range(run[0], run[1] + 1, run[2]))
+    assert served == list(range(1, 11))
+
+
+def test_the_unused_tail_is_the_contiguous_run_ending_at_the_latest_reservation() -> None:
+    """unused_tail() joins the current block's rest with contiguous queued blocks."""
+    buffer = loaded(block(1, 10), block(11, 20))
+    buffer.start_next()
+    buffer.take(4)
+    tail = buffer.unused_tail()
+    assert tail is not None
+    assert (tail.first, tail.last) == (5, 20)
+    gap = loaded(block(1, 10), block(31, 40))
+    gap.start_next()
+    tail = gap.unused_tail()
+    assert tail is not None
+    assert (tail.first, tail.last) == (31, 40)
+    gap.clear()
+    assert gap.unused_tail() is None
+
+
+def test_blocks_grow_at_most_sixteen_times_toward_block_seconds_of_the_rate() -> None:
+    """A fast rate grows the size by at most 16x per reservation, in batch_count multiples."""
+    sizer = BlockSizer(10, adaptive=True, block_seconds=2.0, max_batch_count=None)
+    assert sizer.ceiling == DEFAULT_MAX_BATCH_COUNT
+    sizer.reserved(10, at=0.0)
+    assert sizer.rate is None
+    sizer.reserved(10, at=0.001)  # 10,000 values/s: wants 20,000
+    assert sizer.rate == pytest.approx(10_000)
+    assert sizer.size == 160
+    sizer.reserved(160, at=0.002)
+    assert sizer.size == 2560
+
+
+def test_blocks_shrink_at_most_to_a_quarter_and_never_below_the_floor() -> None:
+    """A slow rate shrinks the size to a quarter per reservation, down to batch_count."""
+    sizer = BlockSizer(10, adaptive=True, block_seconds=1.0, max_batch_count=5000)
+    sizer.size = 640
+    sizer.reserved(640, at=0.0)
+    sizer.reserved(640, at=1000.0)
+    assert sizer.size == 160
+    for at in (2000.0, 3000.0, 4000.0):
+        sizer.reserved(10, at=at)
+    assert sizer.size == 10
+
+
+def test_the_ceiling_caps_growth_and_fixed_sizing_never_moves() -> None:
+    """max_batch_count caps the size; adaptive=False (batch=False) keeps 1."""
+    capped = BlockSizer(100, adaptive=True, block_seconds=60.0, max_batch_count=300)
+    capped.reserved(100, at=0.0)
+    capped.reserved(100, at=0.001)
+    assert capped.size == 300
+    fixed = BlockSizer(100, adaptive=False, block_seconds=60.0, max_batch_count=None)
+    fixed.reserved(1, at=0.0)
+    fixed.reserved(1, at=0.001)
+    assert fixed.size == 1
+    assert fixed.rate == pytest.approx(1000)
+
+
+def test_a_reservation_covers_the_shortfall_in_whole_blocks_and_the_bulk_buffer() -> None:
+    """reservation() rounds up to whole blocks of the current size, at least one."""
+    sizer = BlockSizer(100, adaptive=True, block_seconds=2.0, max_batch_count=None)
+    assert sizer.reservation(0) == 100
+    assert sizer.reservation(250) == 300
+    assert sizer.reservation(1, buffer_for=2000) == 2000
+
+
+def test_backoff_doubles_up_to_the_maximum_and_a_success_resets_it() -> None:
+    """Each failure waits twice as long (from initial, capped); success clears the error."""
+    backoff = Backoff(0.05, 0.3)
+    error = OSError("down")
+    delays = []
+    for _ in range(5):
+        backoff.failed(error, now=10.0)
+        delays.append(backoff.delay)
+    assert delays == [0.05, 0.1, 0.2, 0.3, 0.3]
+    assert backoff.waiting(10.2)
+    assert not backoff.waiting(10.3)
+    assert backoff.error is error
+    backoff.succeeded()
+    assert backoff.error is None
+    assert not backoff.waiting(10.0)
+
+
+def test_the_low_remaining_alarm_fires_once_past_the_share_and_never_when_cycling() -> None:
+    """LowRemainingAlarm reports (share used, values left) the first time only; cycles never."""
+    row = SequenceConfig("b", end=100)
+    alarm = LowRemainingAlarm(0.9)
+    assert alarm.check(Block("b", 1, 50, 1, row)) is None
+    used, left = alarm.check(Block("b", 51, 95, 1, row)) or (0.0, 0)
+    assert used == pytest.approx(94 / 99)
+    assert left == 5
+    assert alarm.check(Block("b", 96, 100, 1, row)) is None
+    ring = LowRemainingAlarm(0.5)
+    assert ring.check(Block("b", 90, 100, 1, SequenceConfig("b", end=100, cycle=True))) is None
