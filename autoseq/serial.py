@@ -12,7 +12,6 @@ transaction (:mod:`autoseq.gapless`).
 
 from __future__ import annotations
 
-import os
 import re
 import string
 import threading
@@ -21,6 +20,7 @@ from collections.abc import Callable
 from datetime import UTC, date, datetime, tzinfo
 from typing import Any
 
+from autoseq import _hooks
 from autoseq.config import MAX_VALUE, SequenceConfig, validate_name
 from autoseq.errors import AutoseqError, GaplessUnavailable, InvalidCount, InvalidSequenceConfig
 from autoseq.lock import SequenceLock
@@ -467,4 +467,4 @@ def _after_fork_in_child() -> None:
         serial._reset_state()
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+_hooks.on_fork(after_in_child=_after_fork_in_child)
