@@ -296,9 +296,15 @@ def _before_flush(session: Session, _flush: UOWTransaction, _instances: object) 
         key=lambda pair: pair[0].insert_order or 0,
     )
     resolved: dict[tuple[Mapper[Any], str], Serial | None] = {}
+    # Looked up once per mapper per flush: a flush of rows without serial
+    # columns then costs one dict lookup per row.
+    targets_of: dict[Mapper[Any], list[_Target]] = {}
     for state, obj in pending:
         mapper = state.mapper
-        for key, column in _mapper_targets(mapper):
+        targets = targets_of.get(mapper)
+        if targets is None:
+            targets = targets_of[mapper] = _mapper_targets(mapper)
+        for key, column in targets:
             value = state.dict.get(key)
             if value is not None:
                 _check_explicit(value, column)
