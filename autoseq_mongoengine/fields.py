@@ -183,6 +183,20 @@ class SequenceField(BaseField):  # type: ignore[misc]
 
     # values -----------------------------------------------------------------
 
+    def __set__(self, instance: Any, value: Any) -> None:
+        # As mongoengine's own field: a stored document whose value is set to
+        # None gets the next value at once, so reading it back shows the new
+        # value. A new document, or one being built or loaded (not yet
+        # _initialised), keeps None until save: a value is never taken on read.
+        if (
+            value is None
+            and getattr(instance, "_initialised", False)
+            and getattr(instance, "_created", True) is False
+            and isinstance(instance, Document)
+        ):
+            value = self._take_decorated()
+        super().__set__(instance, value)
+
     def generate(self) -> Any:
         """The next value, decorated (one value; saves and inserts take theirs in bulk).
 

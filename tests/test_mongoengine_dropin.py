@@ -81,13 +81,19 @@ def test_saving_a_partly_loaded_document_keeps_stored_values(me_any: Any, partia
 
 
 def test_clearing_a_value_on_a_loaded_document_takes_a_new_one(me_any: Any) -> None:
-    """Setting the field to None on a loaded document and saving gives it the next value."""
+    """Setting the field to None on a stored document takes the next value at once, as the
+    builtin does: reading it shows the value, saving stores it; a new document keeps None."""
     Slip(title="a").save()
     loaded = Slip.objects.get(id=1)
     loaded.serial = None
+    assert loaded.serial == 2  # taken on the assignment, not on this read
     loaded.save()
     assert loaded.serial == 2
     assert me_any["slip"].find_one({"_id": 1})["serial"] == 2
+    fresh = Slip(title="b")
+    fresh.serial = None
+    assert fresh.serial is None  # a new document takes its value at save
+    assert fresh.save().serial == 3
 
 
 def test_a_dropped_database_restarts_without_sequence_not_found(me_any: Any) -> None:
