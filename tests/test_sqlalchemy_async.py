@@ -187,10 +187,10 @@ def test_store_url_swaps_an_async_driver_for_its_sync_twin(given: str, used: str
 
 @pytest.mark.parametrize("path", ["add_all", "orm_bulk", "core"])
 def test_a_reservation_never_stalls_the_event_loop(db_url: str, path: str) -> None:
-    """While a flush waits 1 s on a slow store, other tasks on the loop keep running."""
+    """While a flush waits 2 s on a slow store, other tasks on the loop keep running."""
     from autoseq.testing import FlakyStore
 
-    store = FlakyStore(SQLStore(db_url, table=unique_table("sys")), delay=1.0)
+    store = FlakyStore(SQLStore(db_url, table=unique_table("sys")), delay=2.0)
     registry = SequenceRegistry(store)
     gaps: list[float] = []
 
@@ -228,6 +228,8 @@ def test_a_reservation_never_stalls_the_event_loop(db_url: str, path: str) -> No
         assert len(await ids_of(engine, Order)) == 120
 
     run(db_url, body)
-    # Each reservation took 1 s: a loop blocked by one shows a gap of 1 s.
+    # Each reservation took 2 s: a loop blocked by one shows a gap of 2 s. The
+    # margin is for a loaded machine (a gap of 0.64 s was seen with a
+    # benchmark running beside the suite).
     assert store.reservations >= 1
-    assert max(gaps) < 0.5, f"the event loop stalled for {max(gaps):.2f} s"
+    assert max(gaps) < 1.0, f"the event loop stalled for {max(gaps):.2f} s"
