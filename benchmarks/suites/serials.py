@@ -36,7 +36,8 @@ from benchmarks.harness import (
 )
 from benchmarks.servers import BACKEND_LABELS, Context, unique_name
 
-TEMPLATE = "INV-{date:%Y%m}-{n:06d}"
+# Nine digits: a full run takes over a million values from one month's row.
+TEMPLATE = "INV-{date:%Y%m}-{n:09d}"
 WRITERS = 4
 
 
@@ -84,7 +85,7 @@ class Peers:
             for _ in range(n):
                 now = datetime.now(UTC)
                 value = get_next_value(f"{self.name}-{now:%Y%m}", using=self.using)
-                f"INV-{now:%Y%m}-{value:06d}"
+                f"INV-{now:%Y%m}-{value:09d}"
         return Sample(n, elapsed[0])
 
     def take_gapless(self) -> str:
@@ -102,7 +103,7 @@ class Peers:
         with transaction.atomic(using=self.using):
             now = datetime.now(UTC)
             value = get_next_value(f"{self.name}-gap-{now:%Y%m}", using=self.using)
-            return f"INV-{now:%Y%m}-{value:06d}"
+            return f"INV-{now:%Y%m}-{value:09d}"
 
     def per_transaction(self, take: Callable[[], str], n: int) -> Sample:
         with stopwatch() as elapsed:
