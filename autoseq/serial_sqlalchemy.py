@@ -13,6 +13,7 @@ connection, several serials in one flush in name order
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import threading
 import weakref
@@ -270,6 +271,10 @@ def _watch_engine(engine: Engine) -> None:
 
 
 _Target = tuple[str, Column[Any]]
+#: Set while the ORM executes a statement whose rows _do_orm_execute filled.
+_orm_filled: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "autoseq_serial_orm_filled", default=False
+)
 
 
 def _mapper_targets(mapper: Mapper[Any]) -> list[_Target]:
@@ -399,7 +404,13 @@ def _do_orm_execute(state: ORMExecuteState) -> Result[Any] | None:
     )
     if filled is None:
         return None
-    return state.invoke_statement(params=filled if many else filled[0])
+    # The Core insert the ORM emits for these rows would be checked again,
+    # row by row, by _before_execute: every serial column is filled now.
+    token = _orm_filled.set(True)
+    try:
+        return state.invoke_statement(params=filled if many else filled[0])
+    finally:
+        _orm_filled.reset(token)
 
 
 def _after_begin(session: Session, _transaction: object, connection: Connection) -> None:
@@ -414,7 +425,7 @@ def _before_execute(
     params: dict[str, Any],
     _options: object,
 ) -> tuple[Any, list[dict[str, Any]], dict[str, Any]]:
-    if not isinstance(statement, Insert) or statement._select_names:
+    if not isinstance(statement, Insert) or statement._select_names or _orm_filled.get():
         return statement, multiparams, params
     targets = [t for t in _table_targets(statement.table) if not _given_by_values(statement, *t)]
     if not targets or not (multiparams or params) or statement._multi_values:
