@@ -363,7 +363,8 @@ class AutoseqMetrics(Collector):
             held.add_metric(
                 [*key, "-" if worker is None else str(worker)], float(worker is not None)
             )
-            lifetimes[key] = min(lifetimes.get(key, generator.years_left), generator.years_left)
+            years_left = generator.years_left
+            lifetimes[key] = min(lifetimes.get(key, years_left), years_left)
         for key, value in sorted(lifetimes.items()):
             years.add_metric(list(key), value)
         yield from (held, years)
