@@ -59,6 +59,31 @@ def sqlite_in_memory(name: object) -> bool:
     return text in ("", ":memory:") or "mode=memory" in text
 
 
+def memory_companion_name(alias: str, name: object) -> str:
+    """The shared-cache name of the in-memory store of an in-memory SQLite database.
+
+    Named after the database (``file:memorydb_default?mode=memory&cache=shared``,
+    Django's test database, gives ``memorydb_default.autoseq``) so that Django's
+    connections can attach it (``autoseq_django.sqlite``); in-memory databases
+    live in one process, and so does this name.
+    """
+    text = os.fspath(name) if isinstance(name, os.PathLike) else str(name or "")
+    base = text[len("file:") :].split("?", 1)[0] if text.startswith("file:") else ""
+    base = base.strip("/") or f"autoseq_memory_{alias}"
+    return f"file:{base}.autoseq"
+
+
+def memory_companion_url(alias: str, name: object) -> URL:
+    """The SQLAlchemy URL of the in-memory store of in-memory database ``alias``."""
+    from sqlalchemy.engine.url import URL
+
+    return URL.create(
+        "sqlite",
+        database=memory_companion_name(alias, name),
+        query={"mode": "memory", "cache": "shared", "uri": "true"},
+    )
+
+
 def database_url(alias: str) -> URL:
     """The SQLAlchemy URL of Django database ``alias`` (``AUTOSEQ["URLS"]`` wins)."""
     from sqlalchemy.engine.url import URL, make_url
@@ -84,7 +109,7 @@ def database_url(alias: str) -> URL:
     if vendor == "sqlite":
         name = settings_dict.get("NAME")
         if sqlite_in_memory(name):
-            return URL.create("sqlite")
+            return memory_companion_url(alias, name)
         path = os.fspath(name or "")
         if path.startswith("file:"):
             path = path[len("file:") :].split("?", 1)[0]
@@ -160,7 +185,11 @@ def registry(alias: str) -> SequenceRegistry:
         if found is None:
             settings = conf.get()
             sql_store = _memory_stores.get(url) or SQLStore(url)
-            if sql_store.url.database in (None, "", ":memory:"):
+            if sql_store.url.query.get("mode") == "memory" or sql_store.url.database in (
+                None,
+                "",
+                ":memory:",
+            ):
                 _memory_stores[url] = sql_store
             found = SequenceRegistry(
                 sql_store,
