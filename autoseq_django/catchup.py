@@ -17,17 +17,21 @@ from ``AutoField`` would otherwise meet the sequence later, as an
 * After ``migrate``, a sequence whose field a migration added or altered
   (the switch from ``BigAutoField``, say) moves past ``max()`` of its columns.
 
-Values that another process already holds in memory are its own: restart
-workers after loading keys past ``current`` (see ``manage.py autoseq sync``).
+Values that another process already holds in memory are its own; the
+first INSERT there that meets a loaded key fails once, with a message to
+retry, and drops that process's buffered values, so the retry and every
+later insert take values past the loaded keys (``guard_inserts``).
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import threading
+import weakref
 from typing import TYPE_CHECKING, Any
 
-from django.db import connections, transaction
+from django.db import IntegrityError, connections, transaction
 
 from autoseq import SequenceNotFound
 from autoseq import maintenance as core
@@ -190,3 +194,139 @@ def forget(alias: str) -> None:
     pending_values = _pending()
     for key in [key for key in pending_values if key[0] == alias]:
         del pending_values[key]
+
+
+# Keys another process loads -------------------------------------------------
+#
+# A process holding a block in memory cannot see keys that another process
+# loads into it (loaddata, explicit keys): the loader's catch-up moves the
+# stored ``current`` past them, but the held block predates it. PostgreSQL
+# sequences with CACHE > 1 have the same blind spot (setval is not seen by
+# sessions until their cache runs out). So the first INSERT that collides
+# with such a key drops this process's buffered values of that sequence and
+# says to retry; the retry takes a fresh block past the loaded keys.
+
+#: Per thread, the instances whose values the last take of each field filled.
+_filled = threading.local()
+_INSERT_INTO = re.compile(r"\s*INSERT\s+(?:IGNORE\s+)?INTO\s+([`\"\[]?)([^\s`\"\]]+)", re.I)
+
+
+def filled(field: SequenceField, instances: list[Any]) -> None:
+    """Remember which instances ``field`` just gave values (cleared if their INSERT collides)."""
+    by_field: dict[int, tuple[SequenceField, list[tuple[Any, Any]]]] | None = getattr(
+        _filled, "by_field", None
+    )
+    if by_field is None:
+        by_field = _filled.by_field = {}
+    attname = field.attname
+    by_field[id(field)] = (
+        field,
+        [(weakref.ref(obj), getattr(obj, attname)) for obj in instances],
+    )
+
+
+def _fields_of_table(table: str) -> list[SequenceField]:
+    from django.apps import apps
+
+    from autoseq_django.fields import sequence_fields
+
+    return [
+        field
+        for model in apps.get_models()
+        if model._meta.db_table == table
+        for field in sequence_fields(model)
+        if field.unique and not field.gapless
+    ]
+
+
+def _names_column(field: SequenceField, table: str, message: str) -> bool:
+    """True when a unique-violation ``message`` names ``field``'s column (or key)."""
+    column = field.column
+    patterns = (f"{table}.{column}", f"({column})=", f"'{column}'", f".{column}'")
+    return any(p in message for p in patterns) or (field.primary_key and "PRIMARY" in message)
+
+
+def _values(params: Any, many: bool) -> set[Any]:
+    rows = params if many else [params]
+    found: set[Any] = set()
+    for row in rows or ():
+        if isinstance(row, dict):
+            row = row.values()
+        for value in row or ():
+            # PostgreSQL bulks bind one array per column (INSERT ... UNNEST).
+            values = value if isinstance(value, list | tuple) else (value,)
+            # int subclasses too: psycopg's Int8 wraps the values Django binds.
+            found.update(int(v) for v in values if isinstance(v, int))
+    return found
+
+
+def _unsaved_values(field: SequenceField, given: list[tuple[Any, Any]]) -> set[Any]:
+    """The values ``field`` gave to instances still being inserted (not saved yet)."""
+    found = set()
+    for ref, value in given:
+        obj = ref()
+        if obj is not None and obj._state.adding and getattr(obj, field.attname) == value:
+            found.add(value)
+    return found
+
+
+def collided(alias: str, sql: str, params: Any, many: bool, error: BaseException) -> str | None:
+    """After an INSERT failed with ``error``: drop buffered values it may have met; a hint.
+
+    None unless the error names a sequence column and the statement carried
+    values this thread took from that sequence (a key the caller chose that
+    exists already is the caller's own conflict). Else the buffered values
+    of each such sequence are dropped (the next take reserves a fresh
+    block, past keys loaded meanwhile), the instances whose values came
+    from it lose them again (so a retry takes new ones), and the returned
+    text says so.
+    """
+    match = _INSERT_INTO.match(sql)
+    if match is None:
+        return None
+    by_field = getattr(_filled, "by_field", None)
+    if not by_field:
+        return None
+    table = match.group(2)
+    message = str(error)
+    fields = [
+        f for f in _fields_of_table(table) if id(f) in by_field and _names_column(f, table, message)
+    ]
+    if not fields:
+        return None
+    from autoseq_django import sequences
+
+    sent = _values(params, many)
+    names: list[str] = []
+    for field in fields:
+        if field.sequence_config.cycle:
+            continue
+        if not sent.intersection(_unsaved_values(field, by_field[id(field)][1])):
+            continue
+        sequences.forget(sequences.sequence_database(alias), field.sequence_name)
+        names.append(field.sequence_name)
+        _, given = by_field.pop(id(field), (None, []))
+        for ref, value in given:
+            obj = ref()
+            if obj is not None and getattr(obj, field.attname) == value:
+                setattr(obj, field.attname, None)
+    if not names:
+        return None
+    listed = ", ".join(map(repr, names))
+    return (
+        f"autoseq: a value of sequence {listed} is already taken in {table}, most likely by "
+        "a key another process loaded (loaddata, explicit keys) into a block this process "
+        "held. This process dropped its buffered values of that sequence: retry the save "
+        "(in a new transaction) and it gets a value past the loaded keys."
+    )
+
+
+def guard_inserts(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+    """A Django execute wrapper: an INSERT that meets a loaded key recovers on retry."""
+    try:
+        return execute(sql, params, many, context)
+    except IntegrityError as exc:
+        hint = collided(context["connection"].alias, sql, params, many, exc)
+        if hint is None:
+            raise
+        raise type(exc)(f"{exc}\n{hint}") from exc

@@ -268,6 +268,8 @@ class SequenceField(_BigIntegerField):
         if missing:
             for obj, value in zip(missing, self.take(using, len(missing)), strict=True):
                 setattr(obj, attname, value)
+            if self.unique and not self.gapless:
+                catchup.filled(self, missing)
 
     def contribute_to_class(
         self, cls: type[models.Model], name: str, private_only: bool = False
