@@ -7,7 +7,8 @@ like ``AutoField``). That database is reached through an
 :class:`autoseq.stores.SQLStore` on its own SQLAlchemy engine, never through
 Django's connection, so a rollback of the caller's transaction never undoes a
 reservation (and on SQLite the table lives in the companion file
-``<NAME>.autoseq``; an in-memory database gets a private in-memory store).
+``<NAME>.autoseq``; an in-memory database gets a shared-cache in-memory store
+named after it, which Django's connections attach).
 The URL is built from the alias's settings when used, so test databases set
 up by Django's runner or pytest-django are the ones reached.
 """
@@ -252,7 +253,7 @@ def disconnect_servers() -> None:
 
     Called when Django opens a connection without a database, as it does just
     before dropping a test database, which would fail while we hold sessions
-    on it. SQLite is left alone: a private in-memory store would lose its rows.
+    on it. SQLite is left alone: an in-memory store would lose its rows.
     """
     with _guard:
         registries = list(_registries.values())
