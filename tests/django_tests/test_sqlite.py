@@ -7,6 +7,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -146,12 +147,9 @@ FRESH_PYTEST = """
 """
 
 
-def test_a_fresh_sqlite_project_is_quiet(tmp_path: Path) -> None:
-    """startproject-like settings on SQLite: check, migrate, test, pytest, shell, no warning.
-
-    Both test runners use an in-memory database, whose admin lists the sequences.
-    """
-    (tmp_path / "settings.py").write_text(textwrap.dedent(FRESH_SETTINGS))
+def fresh_project(tmp_path: Path, settings: str = "") -> Callable[..., str]:
+    """Write a startproject-like SQLite project; returns a runner of Python in it."""
+    (tmp_path / "settings.py").write_text(textwrap.dedent(FRESH_SETTINGS) + settings)
     (tmp_path / "urls.py").write_text(
         "from django.contrib import admin\nfrom django.urls import path\n"
         "urlpatterns = [path('admin/', admin.site.urls)]\n"
@@ -169,9 +167,6 @@ def test_a_fresh_sqlite_project_is_quiet(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
     env.update(DJANGO_SETTINGS_MODULE="settings", PYTHONPATH=f"{tmp_path}{os.pathsep}{ROOT}")
 
-    def django(*args: str) -> str:
-        return run("-m", "django", *args)
-
     def run(*args: str) -> str:
         done = subprocess.run(
             [sys.executable, *args],
@@ -184,6 +179,19 @@ def test_a_fresh_sqlite_project_is_quiet(tmp_path: Path) -> None:
         )
         assert done.returncode == 0, done.stdout + done.stderr
         return done.stdout + done.stderr
+
+    return run
+
+
+def test_a_fresh_sqlite_project_is_quiet(tmp_path: Path) -> None:
+    """startproject-like settings on SQLite: check, migrate, test, pytest, shell, no warning.
+
+    Both test runners use an in-memory database, whose admin lists the sequences.
+    """
+    run = fresh_project(tmp_path)
+
+    def django(*args: str) -> str:
+        return run("-m", "django", *args)
 
     outputs = [
         django("check"),
@@ -202,3 +210,29 @@ def test_a_fresh_sqlite_project_is_quiet(tmp_path: Path) -> None:
         tables = {row[0] for row in main.execute("SELECT name FROM sqlite_master")}
     assert "sys_sequence" not in tables
     assert (tmp_path / "db.sqlite3.autoseq").exists()
+
+
+IMMEDIATE_TESTS = """
+    from django.test import TestCase
+
+    from autoseq_django.models import SysSequence
+    from shop.models import Item
+
+
+    class ItemTests(TestCase):
+        def test_keys_and_an_empty_sequence_list(self):
+            first, second = Item.objects.create(), Item.objects.create()
+            self.assertEqual(second.pk, first.pk + 1)
+            # Not attached under BEGIN IMMEDIATE: an empty table, not an error.
+            self.assertEqual(list(SysSequence.objects.all()), [])
+"""
+
+
+def test_an_in_memory_immediate_database_works_without_the_list(tmp_path: Path) -> None:
+    """transaction_mode IMMEDIATE on the in-memory test database: inserts work, no crash."""
+    run = fresh_project(
+        tmp_path, 'DATABASES["default"]["OPTIONS"] = {"transaction_mode": "IMMEDIATE"}\n'
+    )
+    (tmp_path / "shop" / "tests.py").write_text(textwrap.dedent(IMMEDIATE_TESTS))
+    run("-m", "django", "makemigrations", "shop")
+    assert "OK" in run("-m", "django", "test", "shop")
