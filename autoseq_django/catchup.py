@@ -28,7 +28,6 @@ from __future__ import annotations
 import logging
 import re
 import threading
-import weakref
 from typing import TYPE_CHECKING, Any
 
 from django.db import IntegrityError, connections, transaction
@@ -206,23 +205,20 @@ def forget(alias: str) -> None:
 # with such a key drops this process's buffered values of that sequence and
 # says to retry; the retry takes a fresh block past the loaded keys.
 
-#: Per thread, the instances whose values the last take of each field filled.
+#: Per thread, by id(field): the field, the instances its last take filled and
+#: their values. Held until the thread's next statement that is not an INSERT
+#: (a bulk's INSERTs follow one another), so no per-row bookkeeping is needed.
 _filled = threading.local()
+_Given = dict[int, tuple["SequenceField", list[Any], list[int]]]
 _INSERT_INTO = re.compile(r"\s*INSERT\s+(?:IGNORE\s+)?INTO\s+([`\"\[]?)([^\s`\"\]]+)", re.I)
 
 
-def filled(field: SequenceField, instances: list[Any]) -> None:
-    """Remember which instances ``field`` just gave values (cleared if their INSERT collides)."""
-    by_field: dict[int, tuple[SequenceField, list[tuple[Any, Any]]]] | None = getattr(
-        _filled, "by_field", None
-    )
+def filled(field: SequenceField, instances: list[Any], values: list[int]) -> None:
+    """Remember that ``field`` just gave ``values`` to ``instances`` (undone on a collision)."""
+    by_field: _Given | None = getattr(_filled, "by_field", None)
     if by_field is None:
         by_field = _filled.by_field = {}
-    attname = field.attname
-    by_field[id(field)] = (
-        field,
-        [(weakref.ref(obj), getattr(obj, attname)) for obj in instances],
-    )
+    by_field[id(field)] = (field, instances, values)
 
 
 def _fields_of_table(table: str) -> list[SequenceField]:
@@ -260,14 +256,14 @@ def _values(params: Any, many: bool) -> set[Any]:
     return found
 
 
-def _unsaved_values(field: SequenceField, given: list[tuple[Any, Any]]) -> set[Any]:
-    """The values ``field`` gave to instances still being inserted (not saved yet)."""
-    found = set()
-    for ref, value in given:
-        obj = ref()
-        if obj is not None and obj._state.adding and getattr(obj, field.attname) == value:
-            found.add(value)
-    return found
+def _unsaved(field: SequenceField, instances: list[Any], values: list[int]) -> list[Any]:
+    """The instances still being inserted that hold the value ``field`` gave them."""
+    attname = field.attname
+    return [
+        obj
+        for obj, value in zip(instances, values, strict=True)
+        if obj._state.adding and getattr(obj, attname) == value
+    ]
 
 
 def collided(alias: str, sql: str, params: Any, many: bool, error: BaseException) -> str | None:
@@ -301,15 +297,15 @@ def collided(alias: str, sql: str, params: Any, many: bool, error: BaseException
     for field in fields:
         if field.sequence_config.cycle:
             continue
-        if not sent.intersection(_unsaved_values(field, by_field[id(field)][1])):
+        _, instances, values = by_field[id(field)]
+        unsaved = _unsaved(field, instances, values)
+        if not sent.intersection(getattr(obj, field.attname) for obj in unsaved):
             continue
         sequences.forget(sequences.sequence_database(alias), field.sequence_name)
         names.append(field.sequence_name)
-        _, given = by_field.pop(id(field), (None, []))
-        for ref, value in given:
-            obj = ref()
-            if obj is not None and getattr(obj, field.attname) == value:
-                setattr(obj, field.attname, None)
+        del by_field[id(field)]
+        for obj in unsaved:
+            setattr(obj, field.attname, None)
     if not names:
         return None
     listed = ", ".join(map(repr, names))
@@ -324,9 +320,12 @@ def collided(alias: str, sql: str, params: Any, many: bool, error: BaseException
 def guard_inserts(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
     """A Django execute wrapper: an INSERT that meets a loaded key recovers on retry."""
     try:
-        return execute(sql, params, many, context)
+        result = execute(sql, params, many, context)
     except IntegrityError as exc:
         hint = collided(context["connection"].alias, sql, params, many, exc)
         if hint is None:
             raise
         raise type(exc)(f"{exc}\n{hint}") from exc
+    if getattr(_filled, "by_field", None) and not _INSERT_INTO.match(sql):
+        _filled.by_field = {}  # the inserts that used them are over
+    return result
