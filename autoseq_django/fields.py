@@ -266,8 +266,11 @@ class SequenceField(_BigIntegerField):
                 # must pass them, not only the ones compiled so far.
                 catchup.note(self, using, value)
         if missing:
-            for obj, value in zip(missing, self.take(using, len(missing)), strict=True):
+            values = self.take(using, len(missing))
+            for obj, value in zip(missing, values, strict=True):
                 setattr(obj, attname, value)
+            if self.unique and not self.gapless:
+                catchup.filled(self, missing, values)
 
     def contribute_to_class(
         self, cls: type[models.Model], name: str, private_only: bool = False

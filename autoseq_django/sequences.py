@@ -7,7 +7,8 @@ like ``AutoField``). That database is reached through an
 :class:`autoseq.stores.SQLStore` on its own SQLAlchemy engine, never through
 Django's connection, so a rollback of the caller's transaction never undoes a
 reservation (and on SQLite the table lives in the companion file
-``<NAME>.autoseq``; an in-memory database gets a private in-memory store).
+``<NAME>.autoseq``; an in-memory database gets a shared-cache in-memory store
+named after it, which Django's connections attach).
 The URL is built from the alias's settings when used, so test databases set
 up by Django's runner or pytest-django are the ones reached.
 """
@@ -59,6 +60,31 @@ def sqlite_in_memory(name: object) -> bool:
     return text in ("", ":memory:") or "mode=memory" in text
 
 
+def memory_companion_name(alias: str, name: object) -> str:
+    """The shared-cache name of the in-memory store of an in-memory SQLite database.
+
+    Named after the database (``file:memorydb_default?mode=memory&cache=shared``,
+    Django's test database, gives ``memorydb_default.autoseq``) so that Django's
+    connections can attach it (``autoseq_django.sqlite``); in-memory databases
+    live in one process, and so does this name.
+    """
+    text = os.fspath(name) if isinstance(name, os.PathLike) else str(name or "")
+    base = text[len("file:") :].split("?", 1)[0] if text.startswith("file:") else ""
+    base = base.strip("/") or f"autoseq_memory_{alias}"
+    return f"file:{base}.autoseq"
+
+
+def memory_companion_url(alias: str, name: object) -> URL:
+    """The SQLAlchemy URL of the in-memory store of in-memory database ``alias``."""
+    from sqlalchemy.engine.url import URL
+
+    return URL.create(
+        "sqlite",
+        database=memory_companion_name(alias, name),
+        query={"mode": "memory", "cache": "shared", "uri": "true"},
+    )
+
+
 def database_url(alias: str) -> URL:
     """The SQLAlchemy URL of Django database ``alias`` (``AUTOSEQ["URLS"]`` wins)."""
     from sqlalchemy.engine.url import URL, make_url
@@ -84,7 +110,7 @@ def database_url(alias: str) -> URL:
     if vendor == "sqlite":
         name = settings_dict.get("NAME")
         if sqlite_in_memory(name):
-            return URL.create("sqlite")
+            return memory_companion_url(alias, name)
         path = os.fspath(name or "")
         if path.startswith("file:"):
             path = path[len("file:") :].split("?", 1)[0]
@@ -160,7 +186,11 @@ def registry(alias: str) -> SequenceRegistry:
         if found is None:
             settings = conf.get()
             sql_store = _memory_stores.get(url) or SQLStore(url)
-            if sql_store.url.database in (None, "", ":memory:"):
+            if sql_store.url.query.get("mode") == "memory" or sql_store.url.database in (
+                None,
+                "",
+                ":memory:",
+            ):
                 _memory_stores[url] = sql_store
             found = SequenceRegistry(
                 sql_store,
@@ -223,7 +253,7 @@ def disconnect_servers() -> None:
 
     Called when Django opens a connection without a database, as it does just
     before dropping a test database, which would fail while we hold sessions
-    on it. SQLite is left alone: a private in-memory store would lose its rows.
+    on it. SQLite is left alone: an in-memory store would lose its rows.
     """
     with _guard:
         registries = list(_registries.values())

@@ -142,10 +142,12 @@ def store_url(url: URL) -> tuple[URL, bool]:
         return url, False
     database = url.database or ""
     in_memory = "mode=memory" in database or url.query.get("mode") == "memory"
+    if database.endswith(SIDECAR_SUFFIX):
+        # A companion named by its owner; in memory, a shared-cache name that
+        # the application's own connections can attach.
+        return url, in_memory
     if database in ("", ":memory:") or in_memory:
         return make_url("sqlite://"), True
-    if database.endswith(SIDECAR_SUFFIX):
-        return url, False
     if not database.startswith("file:"):
         # Two paths to one file (a symlinked release directory) must find
         # one companion, or each would hand out the same keys.
