@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from autoseq.errors import InvalidSequenceConfig, InvalidStoredRow
@@ -15,6 +15,11 @@ MAX_VALUE = 2**63 - 1
 #: Longest sequence name; the ``name`` column is ``VARCHAR(NAME_MAX_LENGTH)``.
 NAME_MAX_LENGTH = 191  # fits a utf8mb4 index prefix on MySQL/MariaDB
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def utc_now() -> datetime:
+    """Now, timezone-aware in UTC: what every store writes to ``updated_at``."""
+    return datetime.now(UTC)
 
 
 def validate_name(name: object) -> str:
