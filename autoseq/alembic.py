@@ -177,13 +177,13 @@ def _adopt_in_transaction(
     if found is None:
         opening = config
         if floor is not None and floor >= config.next_value:
-            opening = config.with_current(maintenance.first_value_after(config, floor))
+            opening = config.with_current(config.first_value_after(floor))
         connection.execute(
             sa.insert(t).values(opening.as_row() | {"updated_at": now, "version": 0})
         )
         return opening
     row = SequenceConfig.from_row(found)
-    wanted = maintenance.first_value_after(row, floor)
+    wanted = row.first_value_after(floor)
     if wanted <= row.next_value:
         return row
     if wanted > row.last_value + row.step:

@@ -8,7 +8,6 @@ from collections.abc import Callable
 from autoseq.config import SequenceConfig, validate_name
 from autoseq.errors import SequenceNotFound
 from autoseq.lock import BufferPolicy, SequenceLock
-from autoseq.maintenance import first_value_after
 from autoseq.stores.base import SequenceStore
 
 
@@ -18,7 +17,7 @@ def opening_row(config: SequenceConfig, floor: int | None) -> SequenceConfig:
         return config
     # Keys past ``end`` leave the row exhausted: reservations then say so.
     return config.with_current(
-        min(first_value_after(config, floor), config.last_value + config.step)
+        min(config.first_value_after(floor), config.last_value + config.step)
     )
 
 

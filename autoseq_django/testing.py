@@ -65,7 +65,7 @@ def reset_sequences(using: str) -> list[str]:
             continue
         # Every database drawing from this store counts, not only ``using``.
         tops = [c.value for c in columns_of(name, sequence_alias) if c.value is not None]
-        target = core.first_value_after(row, max(tops) if tops else None)
+        target = row.first_value_after(max(tops) if tops else None)
         if target != row.next_value:
             core.set_current(store, name, target, force=True, floor=max(tops) if tops else None)
         sequences.forget(sequence_alias, name)

@@ -86,7 +86,7 @@ def adopt_sequence(
         seen = [value for value in (counter, largest) if value is not None]
         last = max(seen) if seen else None
         row = config if shared is not None and dry_run else (store.read(config.name) or config)
-        target = maintenance.first_value_after(row, last)
+        target = row.first_value_after(last)
         if last is not None and target > row.last_value:
             raise InvalidSequenceConfig(
                 f"sequence {config.name!r}: existing values reach {last}, past its "
@@ -231,7 +231,7 @@ def convert_builtin_row(
             return False
         seen = [value for value in (_as_int(entry.get("next")), floor()) if value is not None]
         last = max(seen) if seen else None
-        row = config.with_current(maintenance.first_value_after(config, last))
+        row = config.with_current(config.first_value_after(last))
         replaced = target.find_one_and_replace(
             {"_id": config.name, "next": entry["next"], "current": {"$exists": False}},
             row_document(row),
