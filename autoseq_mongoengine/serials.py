@@ -91,7 +91,7 @@ class SerialField(StringField):  # type: ignore[misc]
 
     def serial(self) -> Serial:
         """The :class:`Serial` serving this field in this process."""
-        registry: SequenceRegistry = sequences._entry(self.db_alias, self.collection_name).registry
+        registry: SequenceRegistry = sequences.registry(self.db_alias, self.collection_name)
         found = self._serials.get(id(registry))
         if found is None or found.registry is not registry:
             with self._guard:
