@@ -197,17 +197,27 @@ def sync(store: SequenceStore, name: str, floor: int | None) -> SequenceConfig:
     """
 
     def decide(row: SequenceConfig) -> SequenceConfig | None:
-        target = row.first_value_after(floor)
-        if target <= row.next_value:
-            return None
-        if target > row.last_value + row.step:
-            raise InvalidSequenceConfig(
-                f"sequence {row.name!r}: a column already holds {floor}, past the last "
-                f"value {row.last_value} (end={row.end}); raise its end first"
-            )
-        return _stored(row, target)
+        target = sync_target(row, floor)
+        return None if target is None else _stored(row, target)
 
     return _write(store, name, decide)
+
+
+def sync_target(row: SequenceConfig, floor: int | None, holder: str = "a column") -> int | None:
+    """The ``current`` that puts ``row`` past ``floor``; None when it is past already.
+
+    ``InvalidSequenceConfig`` when ``floor`` (held by ``holder``) is at or
+    past the last value: only a larger ``end`` makes room.
+    """
+    target = row.first_value_after(floor)
+    if target <= row.next_value:
+        return None
+    if target > row.last_value + row.step:
+        raise InvalidSequenceConfig(
+            f"sequence {row.name!r}: {holder} already holds {floor}, past the last "
+            f"value {row.last_value} (end={row.end}); raise its end first"
+        )
+    return target
 
 
 def change(
