@@ -59,7 +59,7 @@ def _settings_changed(setting: str, **kwargs: Any) -> None:
 
 
 def _connection_created(connection: Any, **kwargs: Any) -> None:
-    from django.db.backends.base.base import NO_DB_ALIAS
+    from autoseq_django._compat import NO_DB_ALIAS
 
     if connection.alias == NO_DB_ALIAS:
         # Django is about to create or drop a (test) database: let go of ours.

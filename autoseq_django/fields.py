@@ -24,7 +24,7 @@ from django.db.models.signals import pre_save
 
 from autoseq import InvalidSequenceConfig, SequenceConfig
 from autoseq.config import MAX_VALUE, SETTING_NAMES, SETTINGS
-from autoseq_django import catchup, conf, sequences
+from autoseq_django import _compat, catchup, conf, sequences
 
 if TYPE_CHECKING:
     from django.db.backends.base.base import BaseDatabaseWrapper
@@ -100,7 +100,7 @@ class _Pending:
     def resolve_expression(self, query: Any = None, *args: Any, **kwargs: Any) -> _Pending:
         # The compiler passes its InsertQuery: its objs are every row of the
         # statement, so the whole statement is served by one next_many().
-        objs = getattr(query, "objs", None) or (self.instance,)
+        objs = _compat.insert_rows(query) or (self.instance,)
         return _Pending(self.field, self.instance, self.unfilled, objs)
 
 

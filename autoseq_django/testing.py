@@ -16,6 +16,7 @@ from django.apps import apps as global_apps
 from django.db import router
 
 from autoseq import maintenance as core
+from autoseq_django import _compat
 
 _installed = False
 
@@ -26,14 +27,7 @@ def install_when_testing() -> None:
     testcases = sys.modules.get("django.test.testcases")
     if _installed or testcases is None:
         return
-    test_case: Any = testcases.TransactionTestCase
-    original = test_case._reset_sequences
-
-    def _reset_sequences(db_name: str) -> None:
-        original(db_name)
-        reset_sequences(db_name)
-
-    test_case._reset_sequences = staticmethod(_reset_sequences)
+    _compat.wrap_reset_sequences(testcases, reset_sequences)
     _installed = True
 
 
