@@ -137,6 +137,8 @@ class MongoStore:
             try:
                 database = self._client.get_default_database().name
             except ConfigurationError:
+                if self._owns_client:
+                    self._client.close()  # or the GC closes it, with a ResourceWarning
                 raise InvalidSequenceConfig(
                     "MongoStore needs a database: name it in the URL "
                     "(mongodb://host:27017/mydb) or pass database='mydb'"
