@@ -209,6 +209,11 @@ def _name(value: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def values_left(row: SequenceConfig) -> int:
+    """Values not yet reserved before ``end``: ``row.values_left`` (kept for callers)."""
+    return row.values_left
+
+
 def _where(store: SequenceStore) -> str:
     url = getattr(store, "url", None)
     if url is not None and hasattr(url, "render_as_string"):

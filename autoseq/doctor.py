@@ -210,6 +210,11 @@ def format_duration(seconds: float | None) -> str:
     return f"{seconds:.0f}s"
 
 
+def values_left(row: SequenceConfig) -> int:
+    """Values not yet reserved before ``end``: ``row.values_left`` (kept for callers)."""
+    return row.values_left
+
+
 def describe(store: SequenceStore) -> str:
     """Where ``store`` keeps its rows, without a password."""
     url = getattr(store, "url", None)
