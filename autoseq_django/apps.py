@@ -59,7 +59,7 @@ def _settings_changed(setting: str, **kwargs: Any) -> None:
 
 
 def _connection_created(connection: Any, **kwargs: Any) -> None:
-    from django.db.backends.base.base import NO_DB_ALIAS
+    from autoseq_django._compat import NO_DB_ALIAS
 
     from autoseq_django.catchup import guard_inserts
 

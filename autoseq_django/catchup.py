@@ -34,6 +34,7 @@ from django.db import IntegrityError, connections, transaction
 
 from autoseq import SequenceNotFound
 from autoseq import maintenance as core
+from autoseq_django import _compat
 
 if TYPE_CHECKING:
     from autoseq_django.fields import SequenceField
@@ -64,7 +65,7 @@ def note(field: SequenceField, alias: str, value: int) -> None:
     connection = connections[alias]
     if not connection.in_atomic_block:
         flush()  # autocommit: the statement is its own transaction
-    elif not any(entry[1] is _flush_on_commit for entry in connection.run_on_commit):
+    elif not _compat.on_commit_pending(connection, _flush_on_commit):
         transaction.on_commit(_flush_on_commit, using=alias)
 
 

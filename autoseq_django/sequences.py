@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import threading
 from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections, router
 
 from autoseq import SequenceConfig, SequenceLock, SequenceNotFound, SequenceRegistry
+from autoseq.registry import RegistryCache
 from autoseq_django import conf
 
 if TYPE_CHECKING:
@@ -46,12 +46,11 @@ _DJANGO_ONLY_OPTIONS = frozenset(
     }
 )
 
-_registries: dict[str, SequenceRegistry] = {}
+_registries: RegistryCache[str] = RegistryCache()  # by the database's URL
 # Private in-memory stores outlive their registries: the in-memory database
 # they serve lives as long as the process, and so must the rows.
 _memory_stores: dict[str, SQLStore] = {}
 _urls: dict[tuple[Any, ...], str] = {}
-_guard = threading.Lock()
 
 
 def sqlite_in_memory(name: object) -> bool:
@@ -176,30 +175,26 @@ def _url_key(alias: str) -> str:
 def registry(alias: str) -> SequenceRegistry:
     """The registry of the ``sys_sequence`` in database ``alias`` (one per database)."""
     url = _url_key(alias)
-    found = _registries.get(url)
-    if found is not None:
-        return found
+    return _registries.get(url, lambda: _new_registry(url))
+
+
+def _new_registry(url: str) -> SequenceRegistry:
     from autoseq.stores import SQLStore
 
-    with _guard:
-        found = _registries.get(url)
-        if found is None:
-            settings = conf.get()
-            sql_store = _memory_stores.get(url) or SQLStore(url)
-            if sql_store.url.query.get("mode") == "memory" or sql_store.url.database in (
-                None,
-                "",
-                ":memory:",
-            ):
-                _memory_stores[url] = sql_store
-            found = SequenceRegistry(
-                sql_store,
-                policy=settings.buffer,
-                auto_create=settings.auto_create,
-                defaults=settings.sequence_config,
-            )
-            _registries[url] = found
-    return found
+    settings = conf.get()
+    sql_store = _memory_stores.get(url) or SQLStore(url)
+    if sql_store.url.query.get("mode") == "memory" or sql_store.url.database in (
+        None,
+        "",
+        ":memory:",
+    ):
+        _memory_stores[url] = sql_store
+    return SequenceRegistry(
+        sql_store,
+        policy=settings.buffer,
+        auto_create=settings.auto_create,
+        defaults=settings.sequence_config,
+    )
 
 
 def store(alias: str) -> SQLStore:
@@ -255,9 +250,7 @@ def disconnect_servers() -> None:
     before dropping a test database, which would fail while we hold sessions
     on it. SQLite is left alone: an in-memory store would lose its rows.
     """
-    with _guard:
-        registries = list(_registries.values())
-    for found in registries:
+    for found in _registries.registries():
         sql_store = found.store
         if getattr(sql_store, "dialect", "sqlite") != "sqlite":
             sql_store.engine.dispose()  # type: ignore[attr-defined]
@@ -269,11 +262,9 @@ def reset() -> None:
     Private in-memory stores stay open for the next registry: their rows are
     the only record of what the in-memory database's rows were given.
     """
-    with _guard:
-        registries = list(_registries.values())
-        _registries.clear()
-        _urls.clear()
-        kept = set(map(id, _memory_stores.values()))
+    registries = _registries.clear()
+    _urls.clear()
+    kept = set(map(id, _memory_stores.values()))
     for found in registries:
         if id(found.store) not in kept:
             found.close()
