@@ -60,7 +60,6 @@ def _settings_changed(setting: str, **kwargs: Any) -> None:
 
 def _connection_created(connection: Any, **kwargs: Any) -> None:
     from autoseq_django._compat import NO_DB_ALIAS
-
     from autoseq_django.catchup import guard_inserts
 
     if guard_inserts not in connection.execute_wrappers:
