@@ -229,15 +229,22 @@ class SQLStore:
                         )
                     log.info("added the version column to %s", self.table_name)
                 except DBAPIError:
-                    # Another process added it first; anything else shows up
-                    # as a missing column on the next statement.
-                    with self._deadline():
-                        columns = {
-                            c["name"] for c in sa.inspect(self.engine).get_columns(self.table_name)
-                        }
-                    if "version" not in columns:
+                    # Another process or connection added it first. Ask with a
+                    # statement, not the inspector: a statement checks the
+                    # schema the server has now, where a reflected answer came
+                    # from the same view that just missed the column.
+                    if not self._selects_version():
                         raise
         self._version_ready = True
+
+    def _selects_version(self) -> bool:
+        """Whether ``SELECT version`` from the table works (the column exists)."""
+        try:
+            with self._deadline(), self.engine.connect() as connection:
+                connection.execute(sa.select(self.table.c.version).where(sa.false()))
+        except DBAPIError:
+            return False
+        return True
 
     # rows -----------------------------------------------------------------
 
