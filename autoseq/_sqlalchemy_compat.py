@@ -8,8 +8,9 @@ When SQLAlchemy changes one of them, this is the file to fix, and
 are never written to, mixed explicit and missing keys) is what fails.
 
 Tested with SQLAlchemy 2.1.9 (the version ``pip show sqlalchemy`` reports in
-the development environment); the shapes read here are also those of the
-2.0 series, the floor ``pyproject.toml`` declares.
+the development environment) and 2.0.58 (the newest of the 2.0 series, the
+floor ``pyproject.toml`` declares): the SQLAlchemy tests of the suite pass
+on both.
 """
 
 from __future__ import annotations
