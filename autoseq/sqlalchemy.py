@@ -576,6 +576,12 @@ def _targets(
     return sorted(made, key=lambda target: type(target).name_of(target.column))
 
 
+def _take(target: Target, n: int, connection: Callable[[], Connection]) -> list[Any]:
+    # A gapless take needs the statement's own connection, asked for only then.
+    gapless = type(target).in_transaction(target.column)
+    return target.take(n, connection() if gapless else None)
+
+
 def _fill(
     rows: Sequence[Mapping[str, Any]],
     targets: list[Target],
@@ -597,11 +603,10 @@ def _fill(
         key = target.key
         column = target.column
         kind = type(target)
-        conn = connection() if kind.in_transaction(column) else None
         source = rows if out is None else out
         if owned and key not in source[0]:
             # SQLAlchemy runs together only rows with the same keys: none has it.
-            for row, value in zip(source, target.take(len(source), conn), strict=True):
+            for row, value in zip(source, _take(target, len(source), connection), strict=True):
                 row[key] = value  # type: ignore[index]
             continue
         missing: list[int] = []
@@ -613,7 +618,7 @@ def _fill(
                 kind.check_explicit(value, column)
         if not missing:
             continue
-        values = target.take(len(missing), conn)
+        values = _take(target, len(missing), connection)
         if owned:
             for i, value in zip(missing, values, strict=True):
                 source[i][key] = value  # type: ignore[index]
@@ -780,7 +785,7 @@ def _before_execute(
     filled = _fill(rows, _targets(found, installation, connection), lambda: connection)
     if filled is None:
         return statement, multiparams, params
-    return (statement, filled, {}) if multiparams else (statement, [], dict(filled[0]))
+    return (statement, filled, {}) if multiparams else (statement, [], filled[0])  # type: ignore[return-value]
 
 
 def _column_default(context: DefaultExecutionContext) -> Any:
