@@ -6,9 +6,12 @@ next values of the column's sequence. Where SQLAlchemy 2.x routes each path:
 * ``session.add()`` / ``add_all()`` + flush: a ``before_flush`` listener sets
   the attribute of every pending object that has none, taking one
   ``next_many`` per sequence per flush, so the ORM inserts known keys.
-* ORM bulk ``session.execute(insert(Order), [dicts])`` (and any statement run
-  through a session): ``do_orm_execute`` adds the missing keys to the
-  parameter dicts before the ORM sees them.
+* ORM bulk ``session.execute(insert(Order), [dicts])``: ``do_orm_execute``
+  works out which columns need values, and the values go into the row
+  copies the ORM makes for its Core insert (never into the caller's dicts,
+  and with no copy of our own: see :mod:`autoseq._sqlalchemy_compat`).
+  Any other statement run through a session (one row, joined inheritance)
+  gets the missing keys added to copies of the rows that lack them.
 * Core ``conn.execute(insert(table), [dicts])``: an engine ``before_execute``
   listener (``retval=True``) fills the parameter dicts, one ``next_many`` per
   sequence per statement.
@@ -16,7 +19,10 @@ next values of the column's sequence. Where SQLAlchemy 2.x routes each path:
   multi-row VALUES, legacy bulk methods, a connection opened before the engine
   was watched): the column's own Python default takes ``next()`` per row.
 
-A value the user gave (not ``None``) is always kept. The default store is a
+Every kind of generated column (``SequenceField``, ``SerialField``,
+``SnowflakeField``) is filled by these same listeners, through one
+:class:`~autoseq._sqlalchemy_target.Target` per column. A value the user
+gave (not ``None``) is always kept. The default store is a
 :class:`~autoseq.stores.SQLStore` on the bind's own database (one registry per
 URL, cached); it commits each block in its own transaction, so a rollback of
 the caller's transaction never hands a value out again.
@@ -49,12 +55,12 @@ from sqlalchemy.orm import (
     scoped_session,
     sessionmaker,
 )
-from sqlalchemy.orm.attributes import instance_state
 from sqlalchemy.pool import NullPool
 from sqlalchemy.sql.dml import Insert
 from sqlalchemy.sql.schema import Column
-from sqlalchemy.util.concurrency import await_only, in_greenlet
 
+from autoseq import _sqlalchemy_compat as compat
+from autoseq._sqlalchemy_target import Target
 from autoseq.config import MAX_VALUE, SequenceConfig, validate_name
 from autoseq.errors import AutoseqError, InvalidSequenceConfig, SequenceNotFound
 from autoseq.lock import BufferPolicy, SequenceLock
@@ -442,10 +448,7 @@ def get_registry(target: Any) -> SequenceRegistry:
 
 
 def _engine_of(bind: Any) -> Engine:
-    engine = bind.engine if isinstance(bind, Connection) else bind
-    # Engine.execution_options() makes a proxy that shares the engine's events.
-    proxied: Engine = getattr(engine, "_proxied", engine)
-    return proxied
+    return compat.engine_of(bind)
 
 
 def _for_session(session: Session, engine: Engine) -> _Installation | None:
@@ -479,115 +482,194 @@ def _watch_engine(engine: Engine) -> None:
         event.listen(engine, "before_execute", _before_execute, retval=True)
 
 
-# what a statement or a mapper needs ---------------------------------------------
+# generated columns ------------------------------------------------------------
+# Every kind of generated column (a sequence key, a serial, a gapless key, a
+# snowflake id) reaches the listeners below as a Target: what its values are
+# called (lock order), whether they are taken in the caller's transaction,
+# how to refuse a bad explicit value, and take(n, connection). The listeners
+# know nothing else about the kinds.
 
-_Target = tuple[str, Column[Any]]  # (parameter key, sequence column)
-#: Set while the ORM executes a statement whose rows _do_orm_execute filled.
-_orm_filled: contextvars.ContextVar[bool] = contextvars.ContextVar(
-    "autoseq_orm_filled", default=False
-)
+
+class _SequenceTarget(Target):
+    __slots__ = ()
+    what = "a sequence"
+
+    @classmethod
+    def name_of(cls, column: Column[Any]) -> str:
+        spec = sequence_spec(column)
+        assert spec is not None
+        return spec.config_for(column).name
+
+    def resolve(self) -> SequenceLock:
+        assert self.installation is not None
+        return _lock(self.installation, self.bind, self.column)
+
+    def take(self, n: int, connection: Connection | None) -> list[Any]:
+        return _next_many(self.source(), n)
 
 
-def _mapper_targets(mapper: Mapper[Any]) -> list[_Target]:
-    targets: list[_Target] = []
+def _kind_of(column: Any) -> type[Target] | None:
+    """The Target class of a generated column, or None for an ordinary one."""
+    info = getattr(column, "info", None)
+    if not info or not isinstance(column, Column):
+        return None
+    if isinstance(info.get(INFO_KEY), SequenceSpec):
+        return _SequenceTarget
+    if isinstance(info.get(SNOWFLAKE_INFO_KEY), SnowflakeSpec):
+        return _SnowflakeTarget
+    return SerialTarget if serial_spec(column) is not None else None
+
+
+_Found = tuple[str, Column[Any], type[Target]]  # (parameter key, column, its kind)
+
+
+def _mapper_columns(mapper: Mapper[Any]) -> list[_Found]:
+    found: list[_Found] = []
     for prop in mapper.column_attrs:
+        # A joined subclass's key property holds its own column and its
+        # parent's; whichever is generated decides.
         for column in prop.columns:
-            if isinstance(column, Column) and sequence_spec(column) is not None:
-                targets.append((prop.key, column))
+            kind = _kind_of(column)
+            if kind is not None:
+                assert isinstance(column, Column)
+                found.append((prop.key, column, kind))
                 break
-    return targets
+    return found
 
 
-def _table_targets(table: Any) -> list[_Target]:
+def _table_columns(table: Any) -> list[_Found]:
     return [
-        (column.key, column)
+        (column.key, column, kind)
         for column in getattr(table, "columns", ())
-        if isinstance(column, Column) and sequence_spec(column) is not None
+        if (kind := _kind_of(column)) is not None
     ]
 
 
-def _given_by_values(statement: Insert, key: str, column: Column[Any]) -> bool:
-    """Whether ``insert().values(...)`` gives ``column``; a given literal is checked."""
-    values: Mapping[Any, Any] = statement._values or {}
-    for given, value in values.items():
+def _given_by_values(statement: Insert, found: _Found) -> bool:
+    """Whether ``insert().values(...)`` gives the column; a given literal is checked."""
+    key, column, kind = found
+    for given, value in compat.insert_values(statement).items():
         if isinstance(given, str):
             if given != key:
                 continue
         elif given is not column and getattr(given, "key", None) != key:
             continue
         # A plain value arrives as a bound parameter; an SQL expression
-        # (a subquery, a function) is the caller's to vouch for.
+        # (a subquery, a function) or a callable parameter (evaluated at
+        # execution) is the caller's to vouch for.
         if (
             isinstance(value, sa.BindParameter)
             and value.callable is None
             and value.value is not None
         ):
-            _check_explicit(value.value, column)
+            kind.check_explicit(value.value, column)
         return True
     return False
 
 
+def _targets(
+    found: list[_Found], installation: _Installation | None, bind: Engine | Connection
+) -> list[Target]:
+    # Gapless values are taken in one order (by name) by every writer, so
+    # none waits in a cycle; the order is harmless for the others.
+    made = [kind(key, column, installation, bind) for key, column, kind in found]
+    return sorted(made, key=lambda target: type(target).name_of(target.column))
+
+
+def _take(target: Target, n: int, connection: Callable[[], Connection]) -> list[Any]:
+    # A gapless take needs the statement's own connection, asked for only then.
+    gapless = type(target).in_transaction(target.column)
+    return target.take(n, connection() if gapless else None)
+
+
 def _fill(
     rows: Sequence[Mapping[str, Any]],
-    targets: list[_Target],
-    lock_of: Callable[[Column[Any]], SequenceLock],
-) -> list[dict[str, Any]] | None:
-    """Rows with every missing sequence value filled in, or None when none was missing.
+    targets: list[Target],
+    connection: Callable[[], Connection],
+    *,
+    owned: bool = False,
+) -> list[Mapping[str, Any]] | None:
+    """Fill every row lacking a value of a target; None when no row lacked one.
 
-    The caller's dicts are never written to (a list inserted twice must not
-    carry the first insert's keys): a row that lacks a value is copied with
-    it, a row that has every value is passed on as it is.
+    ``owned=False``: the rows are the caller's, never written to (a list
+    inserted twice must not carry the first insert's keys): a row that
+    lacks a value is copied with it, the others are passed on as they are.
+    ``owned=True``: the rows are SQLAlchemy's own copies
+    (:func:`compat.orm_bulk_mapper`) and get the values in place.
     """
-    out: Sequence[Mapping[str, Any]] | None = None
-    for key, column in targets:
+    out: list[Mapping[str, Any]] | None = None
+    copied: set[int] = set()
+    for target in targets:
+        key = target.key
+        column = target.column
+        kind = type(target)
         source = rows if out is None else out
-        missing = 0
-        for row in source:
+        if owned and key not in source[0]:
+            # SQLAlchemy runs together only rows with the same keys: none has it.
+            for row, value in zip(source, _take(target, len(source), connection), strict=True):
+                row[key] = value  # type: ignore[index]
+            continue
+        missing: list[int] = []
+        for i, row in enumerate(source):
             value = row.get(key)
             if value is None:
-                missing += 1
+                missing.append(i)
             else:
-                _check_explicit(value, column)
+                kind.check_explicit(value, column)
         if not missing:
             continue
-        values = iter(_next_many(lock_of(column), missing))
-        out = [row if row.get(key) is not None else {**row, key: next(values)} for row in source]
-    return None if out is None else [row if isinstance(row, dict) else dict(row) for row in out]
-
-
-def _check_explicit(value: object, column: Column[Any]) -> None:
-    """Refuse an explicit key that is not an int before it reaches the database.
-
-    Databases would store ``'abc'`` (SQLite) or round ``1.5`` up to a value
-    the sequence will hand out later (PostgreSQL).
-    """
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidSequenceConfig(
-            f"explicit value for {column.table.name}.{column.name} must be an int, got "
-            f"{type(value).__name__} {value!r}; leave it unset (None) to take the next value"
-        )
+        values = _take(target, len(missing), connection)
+        if owned:
+            for i, value in zip(missing, values, strict=True):
+                source[i][key] = value  # type: ignore[index]
+            continue
+        if out is None:
+            out = list(rows)
+        for i, value in zip(missing, values, strict=True):
+            if i in copied:
+                out[i][key] = value  # type: ignore[index]
+            else:
+                out[i] = {**out[i], key: value}
+                copied.add(i)
+    return out
 
 
 # listeners --------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class _OrmInsert:
+    """Set while the ORM runs a statement of ``do_orm_execute``'s.
+
+    ``mapper`` None: the rows were filled already, the Core insert the ORM
+    emits is not checked again. Otherwise the ORM bulk insert of a
+    single-table ``mapper``: ``targets`` fill SQLAlchemy's own row copies
+    when it emits the Core insert (:func:`compat.orm_bulk_mapper`).
+    """
+
+    mapper: Mapper[Any] | None = None
+    targets: tuple[Target, ...] = ()
+
+
+_FILLED = _OrmInsert()
+_orm_insert: contextvars.ContextVar[_OrmInsert | None] = contextvars.ContextVar(
+    "autoseq_orm_insert", default=None
+)
+
+
 def _before_flush(session: Session, _flush: UOWTransaction, _instances: object) -> None:
-    wanted: dict[int, tuple[SequenceLock, list[tuple[dict[str, Any], str]]]] = {}
+    wanted: dict[int, tuple[Target, Mapper[Any], list[tuple[dict[str, Any], str]]]] = {}
     binds: dict[Mapper[Any], tuple[Engine, _Installation | None]] = {}
     # Resolved once per flush, on the first row that needs a value: building
-    # the config and looking the lock up per row would cost every add_all.
-    locks: dict[tuple[Mapper[Any], str], SequenceLock] = {}
-    pending = sorted(
-        (instance_state(obj) for obj in session.new),
-        key=lambda state: state.insert_order or 0,
-    )
-    targets_of: dict[Mapper[Any], list[_Target]] = {}
-    for state in pending:
+    # the target and looking its generator up per row would cost every add_all.
+    targets: dict[tuple[Mapper[Any], str], Target] = {}
+    found_of: dict[Mapper[Any], list[_Found]] = {}
+    for state in compat.pending_states(session):
         mapper = state.mapper
-        targets = targets_of.get(mapper)
-        if targets is None:
-            targets = targets_of[mapper] = _mapper_targets(mapper)
-        if not targets:
+        found = found_of.get(mapper)
+        if found is None:
+            found = found_of[mapper] = _mapper_columns(mapper)
+        if not found:
             continue
         if mapper not in binds:
             engine = _engine_of(session.get_bind(mapper=mapper))
@@ -596,19 +678,29 @@ def _before_flush(session: Session, _flush: UOWTransaction, _instances: object) 
         if installation is None:
             continue  # not ours to fill; the column default will say so
         values = state.dict
-        for key, column in targets:
-            if values.get(key) is not None:
-                _check_explicit(values[key], column)
+        for key, column, kind in found:
+            value = values.get(key)
+            if value is not None:
+                kind.check_explicit(value, column)
                 continue
-            lock = locks.get((mapper, key))
-            if lock is None:
-                lock = locks[mapper, key] = _lock(installation, engine, column)
-            wanted.setdefault(id(lock), (lock, []))[1].append((values, key))
-    for lock, slots in wanted.values():
+            target = targets.get((mapper, key))
+            if target is None:
+                target = targets[mapper, key] = kind(key, column, installation, engine)
+            # One take per generator per flush, even when models share it.
+            wanted.setdefault(id(target.source()), (target, mapper, []))[2].append((values, key))
+    for target, mapper, slots in sorted(
+        wanted.values(), key=lambda item: type(item[0]).name_of(item[0].column)
+    ):
+        connection = (
+            session.connection(bind_arguments={"mapper": mapper})
+            if type(target).in_transaction(target.column)
+            else None
+        )
         # Straight into the pending object's dict, which the INSERT reads:
         # a key is not a change to track (setattr's events and history cost
         # more than the rest of this listener).
-        for (row, key), value in zip(slots, _next_many(lock, len(slots)), strict=True):
+        taken = target.take(len(slots), connection)
+        for (row, key), value in zip(slots, taken, strict=True):
             row[key] = value
 
 
@@ -616,30 +708,46 @@ def _do_orm_execute(state: ORMExecuteState) -> Result[Any] | None:
     statement = state.statement
     if not isinstance(statement, Insert) or not state.parameters:
         return None
-    if statement._multi_values or statement._select_names:
+    if compat.is_multi_values(statement) or compat.is_from_select(statement):
         return None
     mapper = state.bind_mapper if state.is_orm_statement else None
-    targets = _mapper_targets(mapper) if mapper is not None else _table_targets(statement.table)
-    targets = [t for t in targets if not _given_by_values(statement, *t)]
-    if not targets:
+    found = _mapper_columns(mapper) if mapper is not None else _table_columns(statement.table)
+    found = [f for f in found if not _given_by_values(statement, f)]
+    if not found:
         return None
-    engine = _engine_of(state.session.get_bind(mapper=mapper, clause=statement))
-    installation = _for_session(state.session, engine)
+    session = state.session
+    engine = _engine_of(session.get_bind(mapper=mapper, clause=statement))
+    installation = _for_session(session, engine)
     if installation is None:
         return None
     parameters: Any = state.parameters
     many = isinstance(parameters, list)
-    rows: list[Mapping[str, Any]] = list(parameters) if many else [parameters]
-    filled = _fill(rows, targets, lambda column: _lock(installation, engine, column))
+    if many and mapper is not None and len(mapper.tables) == 1:
+        # The ORM copies these rows before the Core insert: the values go
+        # into its copies there (_before_execute), keyed as its columns are.
+        columns = [(column.key, column, kind) for _key, column, kind in found]
+        plan = _OrmInsert(mapper, tuple(_targets(columns, installation, engine)))
+        token = _orm_insert.set(plan)
+        try:
+            return state.invoke_statement()
+        finally:
+            _orm_insert.reset(token)
+    rows: list[Mapping[str, Any]] = parameters if many else [parameters]
+    filled = _fill(
+        rows,
+        _targets(found, installation, engine),
+        lambda: session.connection(bind_arguments={"mapper": mapper, "clause": statement}),
+    )
     if filled is None:
         return None
+    compat.replace_parameters(state, filled if many else filled[0])
     # The Core insert the ORM emits for these rows would be checked again,
-    # row by row, by _before_execute: every sequence column is filled now.
-    token = _orm_filled.set(True)
+    # row by row, by _before_execute: every generated column is filled now.
+    token = _orm_insert.set(_FILLED)
     try:
-        return state.invoke_statement(params=filled if many else filled[0])
+        return state.invoke_statement()
     finally:
-        _orm_filled.reset(token)
+        _orm_insert.reset(token)
 
 
 def _after_begin(session: Session, _transaction: object, connection: Connection) -> None:
@@ -656,40 +764,52 @@ def _before_execute(
     multiparams: list[dict[str, Any]],
     params: dict[str, Any],
     _options: object,
-) -> tuple[Any, list[dict[str, Any]], dict[str, Any]]:
-    if not isinstance(statement, Insert) or statement._select_names or _orm_filled.get():
+) -> tuple[Any, list[Any], dict[str, Any]]:
+    if not isinstance(statement, Insert):
+        return statement, multiparams, params
+    orm = _orm_insert.get()
+    if orm is not None:
+        if orm.mapper is not None and compat.orm_bulk_mapper(statement) is orm.mapper:
+            _fill(multiparams or [params], list(orm.targets), lambda: connection, owned=True)
+        return statement, multiparams, params
+    if compat.is_from_select(statement):
         return statement, multiparams, params
     # Computed even with no parameters: it checks the keys given by values().
-    targets = [t for t in _table_targets(statement.table) if not _given_by_values(statement, *t)]
-    if not targets or not (multiparams or params) or statement._multi_values:
+    found = [f for f in _table_columns(statement.table) if not _given_by_values(statement, f)]
+    if not found or not (multiparams or params) or compat.is_multi_values(statement):
         return statement, multiparams, params
-    engine = _engine_of(connection)
-    installation = _for_engine(engine, connection)
+    installation = _for_engine(_engine_of(connection), connection)
     if installation is None:
         return statement, multiparams, params
     rows = multiparams or [params]
-    filled = _fill(rows, targets, lambda column: _lock(installation, connection, column))
+    filled = _fill(rows, _targets(found, installation, connection), lambda: connection)
     if filled is None:
         return statement, multiparams, params
-    return (statement, filled, {}) if multiparams else (statement, [], filled[0])
+    return (statement, filled, {}) if multiparams else (statement, [], filled[0])  # type: ignore[return-value]
 
 
-def _column_default(context: DefaultExecutionContext) -> int:
-    """Python-side default of every sequence column: ``next()`` for one row."""
-    column: Any = context.current_column
-    if getattr(column, "_is_multiparam_column", False):
-        column = column.original
+def _column_default(context: DefaultExecutionContext) -> Any:
+    """Python-side default of every generated column: one value for one row.
+
+    The listeners fill whole statements; this serves what reaches Core
+    without them (``insert().values(...)``, multi-row VALUES, a connection
+    opened before the engine was watched).
+    """
+    column = compat.current_column(context)
+    kind = _kind_of(column)
+    assert kind is not None
     connection = context.root_connection
     engine = _engine_of(connection)
     installation = _for_engine(engine, connection)
-    if installation is None:
+    if installation is None and kind.needs_install:
         raise AutoseqError(
-            f"column {column.table.name}.{column.key} takes its values from a sequence, "
+            f"column {column.table.name}.{column.key} takes its values from {kind.what}, "
             "but no install() covers this engine; call autoseq.sqlalchemy.install(Session) "
             "or install(engine) at start-up"
         )
-    _watch_engine(engine)  # later multi-row statements get one next_many each
-    return _next_many(_lock(installation, connection, column), 1)[0]
+    if installation is not None:
+        _watch_engine(engine)  # later multi-row statements get one take each
+    return kind(column.key, column, installation, connection).take(1, connection)[0]
 
 
 # asyncio ------------------------------------------------------------------------
@@ -701,7 +821,7 @@ def _column_default(context: DefaultExecutionContext) -> int:
 
 
 def _lock(installation: _Installation, bind: Engine | Connection, column: Any) -> SequenceLock:
-    if in_greenlet():
+    if compat.in_greenlet():
         known = installation.known_lock(bind, column)
         if known is not None:
             return known
@@ -710,7 +830,7 @@ def _lock(installation: _Installation, bind: Engine | Connection, column: Any) -
 
 
 def _next_many(lock: SequenceLock, n: int) -> list[int]:
-    if in_greenlet() and lock.available() < n:
+    if compat.in_greenlet() and lock.available() < n:
         return _off_the_loop(lock.next_many, n)
     return lock.next_many(n)
 
@@ -718,7 +838,7 @@ def _next_many(lock: SequenceLock, n: int) -> list[int]:
 def _off_the_loop(fn: Callable[..., _T], *args: Any) -> _T:
     import asyncio
 
-    result: _T = await_only(asyncio.to_thread(fn, *args))
+    result: _T = compat.await_only(asyncio.to_thread(fn, *args))
     return result
 
 
@@ -732,6 +852,17 @@ os.register_at_fork(after_in_child=_forget_after_fork)
 
 # snowflake ids ------------------------------------------------------------------
 
+#: Key in ``Column.info`` under which a snowflake column's settings travel.
+SNOWFLAKE_INFO_KEY = "autoseq_snowflake"
+
+
+@dataclass(frozen=True, slots=True)
+class SnowflakeSpec:
+    """What a ``SnowflakeField`` was declared with: its generator, or the layout to lease."""
+
+    generator: Any = None
+    layout: str = "default"
+
 
 def SnowflakeField(
     generator: Any = None, *, layout: str = "default", **mapped_column_kwargs: Any
@@ -741,10 +872,11 @@ def SnowflakeField(
     ``generator`` is the :class:`~autoseq.snowflake.Snowflake` to use; None
     means one on the store ``install()`` gave the engine (else a ``SQLStore``
     on the bind's database) for layout ``layout`` (its ``name``), created on first insert
-    and shared by every such column. The value is the column's Python-side
-    default, so every insert path (flush, ORM bulk, Core executemany,
-    multi-row VALUES) gets one per row without a round trip; a value the
-    user gave is kept. The other keyword arguments go to ``mapped_column``.
+    and shared by every such column. Under ``install()`` a flush or bulk
+    insert takes one ``next_many`` per statement; anything else (and an
+    engine no ``install()`` covers) gets one id per row from the column's
+    Python-side default, without a round trip; a value the user gave is
+    kept. The other keyword arguments go to ``mapped_column``.
     """
     kwargs = dict(mapped_column_kwargs)
     clash = [key for key in _RESERVED_KWARGS if key in kwargs]
@@ -755,29 +887,46 @@ def SnowflakeField(
         )
     kwargs.setdefault("nullable", False)
     kwargs["autoincrement"] = False
-
-    def snowflake_default(context: DefaultExecutionContext) -> int:
-        if generator is not None:
-            return int(generator.next())
-        return int(_snowflake_for(context.root_connection, layout).next())
-
-    kwargs["insert_default"] = snowflake_default
+    spec = SnowflakeSpec(generator, layout)
+    kwargs["info"] = {**kwargs.get("info", {}), SNOWFLAKE_INFO_KEY: spec}
+    kwargs["insert_default"] = _column_default
     return mapped_column(sa.BigInteger, **kwargs)
+
+
+class _SnowflakeTarget(Target):
+    __slots__ = ()
+    what = "a snowflake generator"
+    needs_install = False
+
+    @staticmethod
+    def _spec(column: Column[Any]) -> SnowflakeSpec:
+        spec = column.info[SNOWFLAKE_INFO_KEY]
+        assert isinstance(spec, SnowflakeSpec)
+        return spec
+
+    @classmethod
+    def name_of(cls, column: Column[Any]) -> str:
+        return cls._spec(column).layout
+
+    def resolve(self) -> Any:
+        spec = self._spec(self.column)
+        if spec.generator is not None:
+            return spec.generator
+        return _snowflake_for(self.bind, spec.layout, self.installation)
+
+    def take(self, n: int, connection: Connection | None) -> list[Any]:
+        return [int(value) for value in self.source().next_many(n)]
 
 
 _snowflakes: dict[tuple[int, str], Any] = {}
 _snowflakes_guard = threading.Lock()
 
 
-def _snowflake_for(connection: Connection, name: str) -> Any:
-    """The shared generator of layout ``name`` on the store that serves ``connection``."""
+def _snowflake_for(bind: Engine | Connection, name: str, installation: _Installation | None) -> Any:
+    """The shared generator of layout ``name`` on the store that serves ``bind``."""
     from autoseq.snowflake import Snowflake
 
-    engine = _engine_of(connection)
-    installation = _for_engine(engine, connection)
-    registry = (
-        installation.registry_for(connection) if installation else default_registry(connection)
-    )
+    registry = installation.registry_for(bind) if installation else default_registry(bind)
     key = (id(registry.store), name)
     generator = _snowflakes.get(key)
     if generator is None:
@@ -855,6 +1004,11 @@ def include_sequence_table(metadata: sa.MetaData, name: str = "sys_sequence") ->
 
 
 # Serial columns (issue 14) live in their own module, re-exported here.
-from autoseq.serial_sqlalchemy import SerialField, serial_column  # noqa: E402
+from autoseq.serial_sqlalchemy import (  # noqa: E402
+    SerialField,
+    SerialTarget,
+    serial_column,
+    serial_spec,
+)
 
 __all__ += ["SerialField", "serial_column"]

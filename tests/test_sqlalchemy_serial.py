@@ -370,3 +370,67 @@ def test_gapless_sequence_field_refuses_end_and_cycle() -> None:
     """end and cycle have no gapless meaning: refused with InvalidSequenceConfig."""
     with pytest.raises(InvalidSequenceConfig, match="start and step only"):
         SequenceField(gapless=True, end=99)
+
+
+def test_a_callable_bound_value_is_not_checked_as_an_explicit_serial(setup: Setup) -> None:
+    """values(number=bindparam(callable_=...)) inserts what the callable gives, unchecked."""
+    table = setup.order.__table__
+    # The callable is what SQLAlchemy sends; the placeholder value never reaches the database.
+    given = sa.bindparam("given", 0, callable_=lambda: "LATE-1", type_=sa.String)
+    with setup.engine.begin() as connection:
+        connection.execute(sa.insert(table), [{"name": "first"}])
+        connection.execute(sa.insert(table).values(number=given, name="late"))
+    assert sorted(setup.numbers(setup.order)) == ["LATE-1", "ORD-20261124-00001"]
+
+
+def test_core_executemany_mixing_given_and_missing_serials_on_a_fresh_engine(
+    setup: Setup,
+) -> None:
+    """The first Core executemany on an installed engine fills the rows that lack a serial."""
+    table = setup.order.__table__
+    rows = [{"number": "KEPT-1", "name": "a"}, {"name": "b"}]
+    with setup.engine.begin() as connection:
+        connection.execute(sa.insert(table), rows)
+    assert sorted(setup.numbers(setup.order)) == ["KEPT-1", "ORD-20261124-00001"]
+
+
+def test_core_executemany_copies_only_the_rows_lacking_a_serial(setup: Setup) -> None:
+    """Rows that carry their values reach the database as the caller's own dicts."""
+    table = setup.order.__table__
+    seen: list[Any] = []
+
+    def spy(conn: Any, statement: Any, multiparams: Any, params: Any, options: Any) -> Any:
+        seen.extend(multiparams)
+        return statement, multiparams, params
+
+    rows = [
+        {"id": 10**9 + 1, "number": "KEPT-1", "name": "a"},
+        {"name": "b"},
+        {"id": 10**9 + 2, "number": "KEPT-2", "name": "c"},
+    ]
+    with setup.engine.begin() as connection:
+        connection.execute(sa.insert(table), [{"name": "first"}])
+    sa.event.listen(setup.engine, "before_execute", spy, retval=True)  # after autoseq's
+    try:
+        with setup.engine.begin() as connection:
+            connection.execute(sa.insert(table), rows)
+    finally:
+        sa.event.remove(setup.engine, "before_execute", spy)
+    assert [seen[0] is rows[0], seen[1] is rows[1], seen[2] is rows[2]] == [True, False, True]
+    assert rows[1] == {"name": "b"}  # the caller's dict is never written to
+    assert seen[1]["number"] == "ORD-20261124-00002"
+    numbers = sorted(setup.numbers(setup.order))
+    assert numbers == ["KEPT-1", "KEPT-2", "ORD-20261124-00001", "ORD-20261124-00002"]
+
+
+def test_orm_bulk_insert_leaves_the_callers_dicts_alone(setup: Setup) -> None:
+    """The same list bulk-inserted twice gets new serials each time and is never written to."""
+    rows = [{"name": "x"}, {"name": "y", "number": "KEPT-3"}, {"name": "z"}]
+    with setup.maker() as session:
+        session.execute(sa.insert(setup.order), rows)
+        session.execute(sa.insert(setup.order), rows[:1] + rows[2:])
+        session.commit()
+    assert rows == [{"name": "x"}, {"name": "y", "number": "KEPT-3"}, {"name": "z"}]
+    assert sorted(setup.numbers(setup.order)) == ["KEPT-3"] + [
+        f"ORD-20261124-{n:05d}" for n in range(1, 5)
+    ]

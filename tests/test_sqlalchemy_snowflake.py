@@ -84,6 +84,22 @@ def test_explicit_value_is_kept(world: World) -> None:
     assert ids_of(world) == [42]
 
 
+def test_an_explicit_id_that_is_not_an_int_is_refused_on_every_path(world: World) -> None:
+    """A str id is refused before it reaches the database: flush, ORM bulk, Core."""
+    Event = world.model
+    with Session(world.engine) as session:
+        session.add(Event(id="abc", label="flush"))
+        with pytest.raises(InvalidSequenceConfig, match="must be an int"):
+            session.flush()
+    refused = pytest.raises(InvalidSequenceConfig, match="must be an int")
+    with Session(world.engine) as session, refused:
+        session.execute(sa.insert(Event), [{"id": "abc", "label": "bulk"}, {"label": "x"}])
+    refused = pytest.raises(InvalidSequenceConfig, match="must be an int")
+    with world.engine.begin() as connection, refused:
+        connection.execute(sa.insert(world.table), [{"id": 1.5, "label": "core"}])
+    assert ids_of(world) == []
+
+
 def test_a_given_generator_is_used(world: World) -> None:
     """SnowflakeField(generator) takes its ids from that generator's layout and worker."""
 
