@@ -33,7 +33,6 @@ from __future__ import annotations
 import contextvars
 import functools
 import logging
-import os
 import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -59,12 +58,13 @@ from sqlalchemy.pool import NullPool
 from sqlalchemy.sql.dml import Insert
 from sqlalchemy.sql.schema import Column
 
+from autoseq import _hooks
 from autoseq import _sqlalchemy_compat as compat
 from autoseq._sqlalchemy_target import Target
 from autoseq.config import MAX_VALUE, SequenceConfig, validate_name
 from autoseq.errors import AutoseqError, InvalidSequenceConfig, SequenceNotFound
 from autoseq.lock import BufferPolicy, SequenceLock
-from autoseq.registry import SequenceRegistry
+from autoseq.registry import RegistryCache, SequenceRegistry
 from autoseq.stores.base import SequenceStore
 
 _T = TypeVar("_T")
@@ -202,8 +202,7 @@ def sequence_spec(column: Any) -> SequenceSpec | None:
 
 # registries -----------------------------------------------------------------
 
-_defaults: dict[tuple[str, BufferPolicy | None], SequenceRegistry] = {}
-_defaults_guard = threading.Lock()
+_defaults: RegistryCache[tuple[str, BufferPolicy | None]] = RegistryCache()
 
 
 def default_registry(
@@ -214,24 +213,12 @@ def default_registry(
 
     engine = _engine_of(bind)
     key = (engine.url.render_as_string(hide_password=False), policy)
-    registry = _defaults.get(key)
-    if registry is not None:
-        return registry
-    with _defaults_guard:
-        registry = _defaults.get(key)
-        if registry is None:
-            registry = SequenceRegistry(SQLStore(engine), policy=policy)
-            _defaults[key] = registry
-        return registry
+    return _defaults.get(key, lambda: SequenceRegistry(SQLStore(engine), policy=policy))
 
 
 def close_registries() -> None:
     """Close every cached default registry (hands unused tails back); at shutdown, in tests."""
-    with _defaults_guard:
-        registries = list(_defaults.values())
-        _defaults.clear()
-    for registry in registries:
-        registry.close()
+    _defaults.close_all()
 
 
 class _Installation:
@@ -843,12 +830,11 @@ def _off_the_loop(fn: Callable[..., _T], *args: Any) -> _T:
 
 
 def _forget_after_fork() -> None:
-    global _defaults_guard, _install_guard
-    _defaults_guard = threading.Lock()
+    global _install_guard
     _install_guard = threading.Lock()
 
 
-os.register_at_fork(after_in_child=_forget_after_fork)
+_hooks.on_fork(after_in_child=_forget_after_fork)
 
 # snowflake ids ------------------------------------------------------------------
 
@@ -951,7 +937,7 @@ def _forget_snowflake_guard_after_fork() -> None:
     _snowflakes_guard = threading.Lock()  # the generators re-lease on their own
 
 
-os.register_at_fork(after_in_child=_forget_snowflake_guard_after_fork)
+_hooks.on_fork(after_in_child=_forget_snowflake_guard_after_fork)
 
 
 __all__ = [
