@@ -239,7 +239,9 @@ def _runner(connection: BaseDatabaseWrapper, dialect_name: str) -> Run:
         module = {"postgresql": postgresql, "mysql": mysql, "sqlite": sqlite}[dialect_name]
         dialect = _dialects[dialect_name] = module.dialect(paramstyle="format")
 
-    def run(statement: Any, params: Mapping[str, Any] | None) -> tuple[list[Any], int]:
+    on_mysql = dialect_name == "mysql"
+
+    def run(statement: Any, params: Mapping[str, Any] | None) -> tuple[list[Any], int, int | None]:
         prepared = _compiled.get((id(statement), dialect_name))
         if prepared is None or prepared.statement is not statement:
             prepared = _Prepared(statement, dialect)
@@ -252,6 +254,6 @@ def _runner(connection: BaseDatabaseWrapper, dialect_name: str) -> Run:
             if description:
                 names = [column[0] for column in description]
                 rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
-            return rows, cursor.rowcount
+            return rows, cursor.rowcount, cursor.lastrowid if on_mysql else None
 
     return run

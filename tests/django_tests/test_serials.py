@@ -67,6 +67,20 @@ def test_gapless_rollback_gives_the_number_back(backend: str) -> None:
     assert counters(backend, Receipt, [r.number for r in bulk]) == [taken[0] + 2, taken[0] + 3]
 
 
+def test_a_gapless_save_costs_one_statement_beside_its_insert(backend: str) -> None:
+    """Once the row exists, a gapless create() runs the take and the INSERT, nothing else
+    (on MariaDB too, where the take used to be an UPDATE and a locking read)."""
+    from django.test.utils import CaptureQueriesContext
+
+    with transaction.atomic(using=backend):
+        Receipt.objects.using(backend).create()
+    with CaptureQueriesContext(connections[backend]) as queries, transaction.atomic(using=backend):
+        Receipt.objects.using(backend).create()
+    statements = [q["sql"] for q in queries.captured_queries]
+    statements = [sql for sql in statements if "SAVEPOINT" not in sql.upper()]
+    assert len(statements) == 2, statements
+
+
 @pytest.mark.autoseq_transaction
 def test_gapless_outside_atomic_is_refused(backend: str) -> None:
     """In autocommit, outside atomic(), a gapless save raises GaplessUnavailable."""
