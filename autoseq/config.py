@@ -89,6 +89,12 @@ class SequenceConfig:
     ``current`` is the next value nobody has reserved yet (``None`` means
     ``start``). Values are ``start, start + step, ...`` up to ``end``; with
     ``batch=True`` each reservation takes ``batch_count`` values at once.
+
+    ``gapless=True`` declares a sequence whose every value is taken inside
+    the caller's transaction, never from a block (docs/serials.md): a
+    rollback gives the value back. It is how the caller takes values, not
+    part of the stored row, so ``batch`` and ``batch_count`` do not apply
+    and a :class:`~autoseq.SequenceRegistry` refuses to serve it blocks.
     """
 
     name: str
@@ -104,12 +110,13 @@ class SequenceConfig:
     #: change); the compare-and-set of every write outside a reservation
     #: checks it, so a stale or re-sent write changes nothing.
     version: int = field(default=0, compare=False)
+    gapless: bool = field(default=False, compare=False)
 
     def __post_init__(self) -> None:
         validate_name(self.name)
         for name in ("start", "end", "step", "batch_count", "version"):
             _check_int(name, getattr(self, name))
-        for name in ("batch", "cycle"):
+        for name in ("batch", "cycle", "gapless"):
             if not isinstance(getattr(self, name), bool):
                 value = getattr(self, name)
                 raise InvalidSequenceConfig(

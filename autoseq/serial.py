@@ -262,24 +262,32 @@ class Serial:
                 f"serial {name!r}: the period's row name would be {longest} characters "
                 "long; the limit is 191, use a shorter name"
             )
-        # Validates start, step and batch_count with the same messages as any sequence.
+        # Validates start, step, batch_count and gapless as for any sequence.
         self.config = SequenceConfig(
-            name, start=start, end=end, step=step, batch_count=batch_count, cycle=cycle
+            name,
+            start=start,
+            end=end,
+            step=step,
+            batch_count=batch_count,
+            cycle=cycle,
+            gapless=gapless,
         )
-        if not isinstance(gapless, bool):
-            raise InvalidSequenceConfig(f"gapless must be True or False, got {gapless!r}")
-        self.gapless = gapless
         if isinstance(store, SequenceRegistry):
             self.registry = store
         else:
             self.registry = SequenceRegistry(store)
         self.store = self.registry.store
-        if gapless:
+        if self.gapless:
             _gapless_module(self.store, name)
         self.clock = clock or _utc_now
         self._configs: dict[date | None, SequenceConfig] = {}
         self._reset_state()
         _serials.add(self)
+
+    @property
+    def gapless(self) -> bool:
+        """True when each value is taken in the caller's transaction (``config.gapless``)."""
+        return self.config.gapless
 
     def _reset_state(self) -> None:
         self._guard = threading.Lock()

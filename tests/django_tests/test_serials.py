@@ -157,3 +157,15 @@ def test_gapless_key_row_created_for_a_table_with_rows_starts_past_them(backend:
         gapless._created.get(store, set()).discard(name)
     with transaction.atomic(using=backend):
         assert Voucher.objects.using(backend).create().pk == 100
+
+
+def test_a_gapless_sequence_field_declares_it_on_its_config() -> None:
+    """SequenceField(gapless=True) carries gapless on its SequenceConfig, where take() reads it."""
+    from autoseq import InvalidSequenceConfig
+    from autoseq_django.fields import SequenceField
+    from django_tests.testapp.models import Order
+
+    assert Voucher._meta.get_field("id").sequence_config.gapless is True
+    assert Order._meta.get_field("id").sequence_config.gapless is False
+    with pytest.raises(InvalidSequenceConfig, match="gapless must be True or False"):
+        SequenceField(gapless="yes")
