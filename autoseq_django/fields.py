@@ -364,6 +364,9 @@ class SequenceField(_BigIntegerField):
                 SequenceConfig(self.sequence_name, **{k: merged[k] for k in SEQUENCE_OPTIONS})
             except InvalidSequenceConfig as exc:
                 error("E005", f"SequenceField cannot make a sequence: {exc}", "Fix the arguments.")
+        from autoseq_django.serials import gapless_problems
+
+        errors.extend(gapless_problems(self, self.gapless, "SequenceField"))
         return errors
 
 

@@ -16,7 +16,9 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, tzinfo
 from typing import TYPE_CHECKING, Any
 
+from django.core import checks
 from django.db import models
+from django.db.models.fields import NOT_PROVIDED
 
 from autoseq import GaplessUnavailable, SequenceConfig, SequenceRegistry, Serial
 from autoseq.serial import _Template
@@ -125,6 +127,43 @@ class SerialField(_CharField):
             value = taken
         return super().get_db_prep_save(value, connection)
 
+    # system checks --------------------------------------------------------------
+    # A bad template, period, tz, start, step or batch_count is refused where
+    # the field is declared (InvalidSequenceConfig); these need the model.
+
+    def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
+        return [*super().check(**kwargs), *self._check_serial()]
+
+    def _check_serial(self) -> list[checks.CheckMessage]:
+        errors: list[checks.CheckMessage] = []
+
+        def error(code: str, message: str, hint: str) -> None:
+            errors.append(checks.Error(message, hint=hint, obj=self, id=f"autoseq.{code}"))
+
+        longest = _Template(self.template, self.serial_options["period"]).max_length
+        if isinstance(self.max_length, int) and self.max_length < longest:
+            error(
+                "E012",
+                f"SerialField max_length={self.max_length} is shorter than the longest serial "
+                f"of {self.template!r} ({longest} characters).",
+                f"Drop max_length (it defaults to {longest}) or raise it to {longest} or more.",
+            )
+        if self.default is not NOT_PROVIDED or self.has_db_default():
+            error(
+                "E013",
+                "SerialField takes its value from the serial; default/db_default would hide it.",
+                "Remove default= and db_default= from the field.",
+            )
+        if self.serial_options["cycle"] and (self.primary_key or self.unique):
+            error(
+                "E015",
+                "SerialField with cycle=True on a primary key or unique column: the counter "
+                "wraps back to start, so serials repeat and inserts will collide.",
+                "Drop cycle=True, or widen {n} and drop unique.",
+            )
+        errors.extend(gapless_problems(self, self.gapless, "SerialField"))
+        return errors
+
     def deconstruct(self) -> Any:
         name, _path, args, kwargs = super().deconstruct()
         kwargs.pop("blank", None)
@@ -140,6 +179,51 @@ class SerialField(_CharField):
 
 
 # gapless on Django's connection ----------------------------------------------------
+
+
+#: The vendors whose connections run gapless takes (autoseq.gapless's statements).
+GAPLESS_VENDORS = ("postgresql", "mysql", "sqlite")
+
+
+def gapless_problems(field: models.Field[Any, Any], gapless: bool, kind: str) -> list[Any]:
+    """``autoseq.E014``: a gapless field whose numbers could not share the row's transaction.
+
+    Run by the system checks of ``SerialField`` and ``SequenceField``: the
+    databases the model is written to must hold their own sequences (no
+    ``AUTOSEQ["DATABASE"]`` or router sending ``SysSequence`` elsewhere) and be
+    PostgreSQL, MariaDB/MySQL or SQLite; the save would raise
+    ``GaplessUnavailable`` otherwise. No database is touched.
+    """
+    if not gapless:
+        return []
+    from django.conf import settings
+    from django.db import connections, router
+
+    model = field.model
+    problems = []
+    for alias in sorted(settings.DATABASES):
+        if not router.allow_migrate_model(alias, model):
+            continue
+        holder = sequences.sequence_database(alias)
+        vendor = connections[alias].vendor
+        if holder != alias:
+            why = f"its sequences live in database {holder!r}, not {alias!r} where rows are written"
+        elif vendor not in GAPLESS_VENDORS:
+            why = f"database {alias!r} is {vendor}, which gapless numbering does not support"
+        else:
+            continue
+        problems.append(
+            checks.Error(
+                f"{kind}(gapless=True) on {model._meta.label}.{field.name}: {why}, so a number "
+                "cannot be taken in the same transaction as the row (saves would raise "
+                "GaplessUnavailable).",
+                hint="Keep sys_sequence in the database the model is written to "
+                "(PostgreSQL, MariaDB/MySQL or SQLite), or drop gapless=True.",
+                obj=field,
+                id="autoseq.E014",
+            )
+        )
+    return problems
 
 
 def take_gapless(serial: Serial, connection: BaseDatabaseWrapper) -> str:
