@@ -206,7 +206,7 @@ def gapless_problems(field: models.Field[Any, Any], gapless: bool, kind: str) ->
             continue
         holder = sequences.sequence_database(alias)
         vendor = connections[alias].vendor
-        if holder != alias:
+        if not shares_transaction(connections[alias]):
             why = f"its sequences live in database {holder!r}, not {alias!r} where rows are written"
         elif vendor not in GAPLESS_VENDORS:
             why = f"database {alias!r} is {vendor}, which gapless numbering does not support"
@@ -233,6 +233,24 @@ def take_gapless(serial: Serial, connection: BaseDatabaseWrapper) -> str:
     return serial.format(value, day)
 
 
+def shares_transaction(connection: BaseDatabaseWrapper) -> bool:
+    """Whether a gapless number can be taken in ``connection``'s own transaction.
+
+    Yes when the alias holds its own sequences, and on SQLite when they live
+    in the file's companion (``AUTOSEQ["DATABASE"]`` naming its
+    ``sqlite_companion`` alias): gapless rows are then kept in the
+    application's file itself (``autoseq.gapless.sqlite_table``), never in
+    the companion, so one commit covers the number and the row.
+    """
+    if sequences.sequence_database(connection.alias) == connection.alias:
+        return True
+    if connection.vendor != "sqlite":
+        return False
+    from autoseq_django.sqlite import companion_path
+
+    return companion_path(connection) is not None
+
+
 def take_gapless_values(
     config: SequenceConfig,
     connection: BaseDatabaseWrapper,
@@ -254,7 +272,7 @@ def take_gapless_values(
             "in transaction.atomic() so the number is given back if the transaction fails"
         )
     alias = connection.alias
-    if sequences.sequence_database(alias) != alias:
+    if not shares_transaction(connection):
         raise GaplessUnavailable(
             f"sequence {config.name!r} is gapless but its sequences live in database "
             f"{sequences.sequence_database(alias)!r}, not {alias!r} where the row is written; "

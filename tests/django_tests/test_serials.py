@@ -169,3 +169,24 @@ def test_a_gapless_sequence_field_declares_it_on_its_config() -> None:
     assert Order._meta.get_field("id").sequence_config.gapless is False
     with pytest.raises(InvalidSequenceConfig, match="gapless must be True or False"):
         SequenceField(gapless="yes")
+
+
+@pytest.mark.django_db(databases=["sqlite", "sqlite_seq"])
+def test_gapless_on_sqlite_with_sequences_in_the_companion_alias() -> None:
+    """AUTOSEQ DATABASE naming the SQLite file's companion (as the example project does):
+    gapless rows live in the file itself, so a gapless save works and has no E014."""
+    from django.test import override_settings
+
+    from autoseq_django.serials import gapless_problems
+
+    field = Receipt._meta.get_field("number")
+    with override_settings(AUTOSEQ={"DATABASE": "sqlite_seq"}):
+        with transaction.atomic(using="sqlite"):
+            first = Receipt.objects.using("sqlite").create()
+            second = Receipt.objects.using("sqlite").create()
+        assert counters("sqlite", Receipt, [second.number])[0] == (
+            counters("sqlite", Receipt, [first.number])[0] + 1
+        )
+        problems = gapless_problems(field, True, "SerialField")
+        flagged = {message.msg.split("database ")[1].split(",")[0] for message in problems}
+        assert not any("'sqlite'" in text for text in flagged), flagged
