@@ -321,10 +321,13 @@ _single: dict[tuple[sa.Table, str], Any] = {}
 def _single_statement(table: sa.Table, dialect: str) -> Any:
     """The update taking one value of a row whose ``step`` is 1: the usual gapless take.
 
-    The guards of :func:`_guarded_statements` with ``step = 1`` and
-    ``count = 1`` written in (alignment then always holds, and the room
-    left is ``current <= end``), as short hand-written SQL: it is parsed
-    and planned on every call, inside the caller's transaction.
+    What :func:`autoseq.stores.base.plan_reservation` does for such a row,
+    in short hand-written SQL (it is parsed and planned on every call,
+    inside the caller's transaction): with a step of 1 every ``current`` is
+    aligned, and the value is ``current`` itself exactly when ``start <=
+    current <= end`` and ``current < 2**63 - 1`` (the last value a step
+    can pass), whether the row cycles or not. Any other row (exhausted,
+    about to cycle, hand-edited) matches nothing and goes to the locked path.
     """
     key = (table, dialect)
     found = _single.get(key)
@@ -345,9 +348,8 @@ def _single_statement(table: sa.Table, dialect: str) -> Any:
         sql = (
             f"UPDATE {preparer.format_table(table)} SET {current} = {after}, "  # noqa: S608
             f"{q('updated_at')} = {now}, {version} = {version} + 1 "
-            f"WHERE {q('name')} = :seq_name AND NOT {q('cycle')} AND {q('step')} = 1 "
-            f"AND {q('start')} >= 0 AND {current} >= {q('start')} AND {current} <= {end} "
-            f"AND {current} < {MAX_VALUE}"
+            f"WHERE {q('name')} = :seq_name AND {q('step')} = 1 AND {current} >= {q('start')} "
+            f"AND {current} <= {end} AND {current} < {MAX_VALUE}"
         )
         if dialect == "postgresql" or (dialect == "sqlite" and _sqlite_returns()):
             sql += f" RETURNING {current}"
