@@ -12,6 +12,7 @@ the number back, and autocommit outside ``atomic()`` is refused.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable, Mapping
 from datetime import datetime, tzinfo
 from typing import TYPE_CHECKING, Any
@@ -23,7 +24,7 @@ from django.db.models.fields import NOT_PROVIDED
 from autoseq import GaplessUnavailable, SequenceConfig, SequenceRegistry, Serial
 from autoseq.serial import _Template
 from autoseq.stores import MemoryStore
-from autoseq_django import sequences
+from autoseq_django import conf, sequences
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
@@ -251,6 +252,14 @@ def shares_transaction(connection: BaseDatabaseWrapper) -> bool:
     return companion_path(connection) is not None
 
 
+#: Per Django connection: what a take needs that only settings can change, checked
+#: against ``conf.get()`` and ``sequences.generation()`` (both renewed by any change
+#: to AUTOSEQ, DATABASES or DATABASE_ROUTERS): (settings, generation, store, dialect,
+#: table). A gapless value is a statement inside someone's transaction, holding a
+#: row lock: the Python around it is kept as short as the statement.
+_plans: weakref.WeakKeyDictionary[Any, tuple[Any, int, Any, str, Any]] = weakref.WeakKeyDictionary()
+
+
 def take_gapless_values(
     config: SequenceConfig,
     connection: BaseDatabaseWrapper,
@@ -264,23 +273,28 @@ def take_gapless_values(
     an integer key (``integer_key``) a row created here starts past the
     largest value already stored in the columns using the sequence.
     """
-    from autoseq import gapless
-
     if not connection.in_atomic_block:
         raise GaplessUnavailable(
             f"sequence {config.name!r} is gapless but the save runs in autocommit: wrap it "
             "in transaction.atomic() so the number is given back if the transaction fails"
         )
     alias = connection.alias
-    if not shares_transaction(connection):
-        raise GaplessUnavailable(
-            f"sequence {config.name!r} is gapless but its sequences live in database "
-            f"{sequences.sequence_database(alias)!r}, not {alias!r} where the row is written; "
-            "a gapless number must be in the same transaction as the row"
-        )
-    store = sequences.store(alias)
-    dialect = {"postgresql": "postgresql", "mysql": "mysql", "sqlite": "sqlite"}[connection.vendor]
-    table = _table(store, dialect)
+    settings = conf.get()
+    generation = sequences.generation()
+    plan = _plans.get(connection)
+    if plan is None or plan[0] is not settings or plan[1] != generation:
+        if not shares_transaction(connection):
+            raise GaplessUnavailable(
+                f"sequence {config.name!r} is gapless but its sequences live in database "
+                f"{sequences.sequence_database(alias)!r}, not {alias!r} where the row is "
+                "written; a gapless number must be in the same transaction as the row"
+            )
+        store = sequences.store(alias)
+        dialect = {"postgresql": "postgresql", "mysql": "mysql", "sqlite": "sqlite"}[
+            connection.vendor
+        ]
+        plan = _plans[connection] = (settings, generation, store, dialect, _table(store, dialect))
+    _settings, _generation, store, dialect, table = plan
     floor = None
     if integer_key:
 
@@ -288,7 +302,20 @@ def take_gapless_values(
             return sequences._columns_floor(config.name, alias)
 
     run = _runner(connection, dialect)
-    return gapless.take_with(run, dialect, store, table, config, count, floor)
+    values: list[int] = _gapless().take_with(run, dialect, store, table, config, count, floor)
+    return values
+
+
+_module: list[Any] = []
+
+
+def _gapless() -> Any:
+    """:mod:`autoseq.gapless`, imported on first use (it imports SQLAlchemy)."""
+    if not _module:
+        from autoseq import gapless
+
+        _module.append(gapless)
+    return _module[0]
 
 
 def _table(store: Any, dialect: str) -> sa.Table:

@@ -190,3 +190,23 @@ def test_gapless_on_sqlite_with_sequences_in_the_companion_alias() -> None:
         problems = gapless_problems(field, True, "SerialField")
         flagged = {message.msg.split("database ")[1].split(",")[0] for message in problems}
         assert not any("'sqlite'" in text for text in flagged), flagged
+
+
+@pytest.mark.autoseq_transaction
+def test_a_settings_change_is_seen_by_the_next_gapless_take(backend: str) -> None:
+    """What a take looks up once per connection is looked up again after AUTOSEQ changes:
+    sequences sent to another database refuse the next gapless save."""
+    from django.test import override_settings
+
+    if backend == "sqlite":
+        pytest.skip("the SQLite file's companion alias is allowed (see the test above)")
+    with transaction.atomic(using=backend):
+        Receipt.objects.using(backend).create()
+    with (
+        override_settings(AUTOSEQ={"DATABASE": "sqlite_seq"}),
+        pytest.raises(GaplessUnavailable, match="same transaction as the row"),
+        transaction.atomic(using=backend),
+    ):
+        Receipt.objects.using(backend).create()
+    with transaction.atomic(using=backend):
+        Receipt.objects.using(backend).create()
