@@ -210,3 +210,13 @@ def test_a_settings_change_is_seen_by_the_next_gapless_take(backend: str) -> Non
         Receipt.objects.using(backend).create()
     with transaction.atomic(using=backend):
         Receipt.objects.using(backend).create()
+
+
+def test_preload_leaves_gapless_fields_alone(backend: str) -> None:
+    """preload() registers block-served sequences only: a gapless field's row is taken in the
+    caller's transaction, and a registry refuses to serve it blocks."""
+    import autoseq_django
+
+    names = autoseq_django.preload(using=backend)
+    assert "testapp_order" in names
+    assert "testapp_voucher" not in names
