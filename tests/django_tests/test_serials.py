@@ -220,3 +220,16 @@ def test_preload_leaves_gapless_fields_alone(backend: str) -> None:
     names = autoseq_django.preload(using=backend)
     assert "testapp_order" in names
     assert "testapp_voucher" not in names
+
+
+@pytest.mark.autoseq_transaction
+def test_an_explicit_key_on_a_gapless_field_leaves_the_row_alone(backend: str) -> None:
+    """A key the user sets on a gapless SequenceField is kept; no block is reserved on the
+    gapless row to catch up past it, so the next taken key follows the last taken one."""
+    with transaction.atomic(using=backend):
+        first = Voucher.objects.using(backend).create()
+    with transaction.atomic(using=backend):
+        Voucher.objects.using(backend).create(id=first.id + 1000)
+    with transaction.atomic(using=backend):
+        second = Voucher.objects.using(backend).create()
+    assert second.id == first.id + 1
