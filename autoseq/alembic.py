@@ -24,71 +24,61 @@ any SQLAlchemy ``Connection`` (a script, a test).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, TypedDict, Unpack
+
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from autoseq import maintenance
-from autoseq.config import MAX_VALUE, SequenceConfig, validate_name
+from autoseq.config import SETTING_NAMES, SequenceConfig, validate_name
 from autoseq.errors import InvalidSequenceConfig
 from autoseq.stores.sql import sequence_table, validate_table_name
 
 
-def convert_column(
-    table: str,
-    column: str,
-    *,
-    sequence: str | None = None,
-    start: int = 1,
-    end: int = MAX_VALUE,
-    step: int = 1,
-    batch_count: int = 100,
-    sequence_table_name: str = "sys_sequence",
-) -> SequenceConfig:
+class ConvertOptions(TypedDict, total=False):
+    """What :func:`convert_on` and :func:`convert_column` take besides the column.
+
+    ``sequence`` defaults to the table name, as ``SequenceField`` does;
+    ``start``, ``end``, ``step`` and ``batch_count`` create the row when it
+    is missing (defaults: :class:`~autoseq.SequenceConfig`'s); a stored row
+    keeps its own.
+    """
+
+    sequence: str | None
+    start: int
+    end: int
+    step: int
+    batch_count: int
+    sequence_table_name: str
+
+
+def convert_column(table: str, column: str, **options: Unpack[ConvertOptions]) -> SequenceConfig:
     """In an Alembic ``upgrade()``: :func:`convert_on` on the migration's connection."""
     from alembic import op
 
-    return convert_on(
-        op.get_bind(),
-        table,
-        column,
-        sequence=sequence,
-        start=start,
-        end=end,
-        step=step,
-        batch_count=batch_count,
-        sequence_table_name=sequence_table_name,
-    )
+    return convert_on(op.get_bind(), table, column, **options)
 
 
 def convert_on(
-    connection: Connection,
-    table: str,
-    column: str,
-    *,
-    sequence: str | None = None,
-    start: int = 1,
-    end: int = MAX_VALUE,
-    step: int = 1,
-    batch_count: int = 100,
-    sequence_table_name: str = "sys_sequence",
+    connection: Connection, table: str, column: str, **options: Unpack[ConvertOptions]
 ) -> SequenceConfig:
     """Drop ``table.column``'s database default and move its sequence past ``max(column)``.
 
-    ``sequence`` defaults to the table name, as ``SequenceField`` does; the
-    other settings create the row when it is missing (a stored row keeps its
-    own). Returns the row as stored. Run it before processes using the
-    sequence start: a running process keeps serving the block it holds.
+    ``options``: see :class:`ConvertOptions`. Returns the row as stored. Run
+    it before processes using the sequence start: a running process keeps
+    serving the block it holds.
     """
     validate_table_name(table)
     validate_table_name(column)
-    config = SequenceConfig(
-        validate_name(sequence or table), start=start, end=end, step=step, batch_count=batch_count
-    )
+    sequence_table_name = options.get("sequence_table_name", "sys_sequence")
+    name = validate_name(options.get("sequence") or table)
+    settings: dict[str, Any] = {k: v for k, v in options.items() if k in SETTING_NAMES}
+    config = SequenceConfig(name, **settings)
     dialect = connection.dialect.name
-    if dialect == "postgresql":
-        _drop_postgres_default(connection, table, column)
-    elif dialect in ("mysql", "mariadb"):
-        _drop_mysql_auto_increment(connection, table, column)
+    drop_default = _DROP_DEFAULT.get(dialect)
+    if drop_default is not None:
+        drop_default(connection, table, column)
     elif dialect != "sqlite":
         raise InvalidSequenceConfig(
             f"convert_column does not know how to drop a column default on {dialect}; "
@@ -111,17 +101,23 @@ def convert_on(
     return _adopt_in_transaction(connection, sequence_table_name, config, floor)
 
 
+def _column_facts(connection: Connection, query: str, table: str, column: str) -> Any:
+    """The ``information_schema`` row ``query`` selects for ``table.column``; it must exist."""
+    found = connection.execute(sa.text(query), {"t": table, "c": column}).first()
+    if found is None:
+        raise InvalidSequenceConfig(f"column {table}.{column} does not exist in this database")
+    return found
+
+
 def _drop_postgres_default(connection: Connection, table: str, column: str) -> None:
     quoted_table, quoted_column = _quote(connection, table), _quote(connection, column)
-    identity = connection.execute(
-        sa.text(
-            "SELECT is_identity FROM information_schema.columns "
-            "WHERE table_schema = current_schema() AND table_name = :t AND column_name = :c"
-        ),
-        {"t": table, "c": column},
-    ).scalar()
-    if identity is None:
-        raise InvalidSequenceConfig(f"column {table}.{column} does not exist in this database")
+    (identity,) = _column_facts(
+        connection,
+        "SELECT is_identity FROM information_schema.columns "
+        "WHERE table_schema = current_schema() AND table_name = :t AND column_name = :c",
+        table,
+        column,
+    )
     if identity == "YES":
         connection.exec_driver_sql(
             f"ALTER TABLE {quoted_table} ALTER COLUMN {quoted_column} DROP IDENTITY IF EXISTS"
@@ -139,21 +135,26 @@ def _drop_postgres_default(connection: Connection, table: str, column: str) -> N
 
 
 def _drop_mysql_auto_increment(connection: Connection, table: str, column: str) -> None:
-    found = connection.execute(
-        sa.text(
-            "SELECT COLUMN_TYPE, EXTRA FROM information_schema.COLUMNS "
-            "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = :t AND COLUMN_NAME = :c"
-        ),
-        {"t": table, "c": column},
-    ).first()
-    if found is None:
-        raise InvalidSequenceConfig(f"column {table}.{column} does not exist in this database")
+    found = _column_facts(
+        connection,
+        "SELECT COLUMN_TYPE, EXTRA FROM information_schema.COLUMNS "
+        "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = :t AND COLUMN_NAME = :c",
+        table,
+        column,
+    )
     column_type, extra = str(found[0]), str(found[1] or "")
     if "auto_increment" in extra.lower():
         connection.exec_driver_sql(
             f"ALTER TABLE {_quote(connection, table)} MODIFY {_quote(connection, column)} "
             f"{column_type} NOT NULL"
         )
+
+
+_DROP_DEFAULT: dict[str, Callable[[Connection, str, str], None]] = {
+    "postgresql": _drop_postgres_default,
+    "mysql": _drop_mysql_auto_increment,
+    "mariadb": _drop_mysql_auto_increment,
+}
 
 
 def _adopt_in_transaction(
@@ -177,20 +178,15 @@ def _adopt_in_transaction(
     if found is None:
         opening = config
         if floor is not None and floor >= config.next_value:
-            opening = config.with_current(maintenance.first_value_after(config, floor))
+            opening = config.with_current(config.first_value_after(floor))
         connection.execute(
             sa.insert(t).values(opening.as_row() | {"updated_at": now, "version": 0})
         )
         return opening
     row = SequenceConfig.from_row(found)
-    wanted = maintenance.first_value_after(row, floor)
-    if wanted <= row.next_value:
+    wanted = maintenance.sync_target(row, floor, holder=config.name)
+    if wanted is None:
         return row
-    if wanted > row.last_value + row.step:
-        raise InvalidSequenceConfig(
-            f"sequence {row.name!r}: {config.name} already holds {floor}, past the last "
-            f"value {row.last_value} (end={row.end}); raise its end first"
-        )
     moved = row.with_current(wanted)
     connection.execute(
         sa.update(t)
@@ -204,4 +200,4 @@ def _quote(connection: Connection, identifier: str) -> str:
     return str(connection.dialect.identifier_preparer.quote(identifier))
 
 
-__all__ = ["convert_column", "convert_on"]
+__all__ = ["ConvertOptions", "convert_column", "convert_on"]

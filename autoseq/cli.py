@@ -25,12 +25,18 @@ import argparse
 import contextlib
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from autoseq.config import MAX_VALUE, SequenceConfig, validate_name
+from autoseq.config import (
+    CHANGEABLE_SETTINGS,
+    SETTING_NAMES,
+    SETTINGS_BY_NAME,
+    SequenceConfig,
+    validate_name,
+)
 from autoseq.errors import (
     AutoseqError,
     InvalidSequenceConfig,
@@ -204,10 +210,8 @@ def _name(value: str) -> str:
 
 
 def values_left(row: SequenceConfig) -> int:
-    """Values not yet reserved before ``end`` (a cycling sequence starts over after)."""
-    if row.next_value > row.last_value:
-        return 0
-    return (row.last_value - row.next_value) // row.step + 1
+    """Values not yet reserved before ``end``: ``row.values_left`` (kept for callers)."""
+    return row.values_left
 
 
 def _where(store: SequenceStore) -> str:
@@ -255,7 +259,7 @@ def _run_list(args: argparse.Namespace) -> int:
             "yes" if row.batch else "no",
             str(row.batch_count),
             "yes" if row.cycle else "no",
-            str(values_left(row)),
+            str(row.values_left),
         )
         for row in rows
     ]
@@ -267,38 +271,57 @@ def _run_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_setting_arguments(
+    parser: argparse.ArgumentParser,
+    names: Sequence[str] = SETTING_NAMES,
+    *,
+    defaults: bool,
+    notes: Mapping[str, str] | None = None,
+) -> None:
+    """Add ``--start``, ``--batch-count``, ``--cycle/--no-cycle`` ... for ``names``.
+
+    Built from :data:`autoseq.config.SETTINGS`. With ``defaults`` an option
+    left out takes the setting's default (a new row); without, it is None,
+    "not given" (a change, or a default from elsewhere: read them with
+    :func:`given_settings`). ``notes`` adds to a setting's help.
+    """
+    for name in names:
+        setting = SETTINGS_BY_NAME[name]
+        help_text = setting.help
+        if notes and name in notes:
+            help_text += f" ({notes[name]})"
+        if defaults:
+            help_text += f" (default {setting.describe_default()})"
+        if setting.type is bool:
+            parser.add_argument(
+                setting.option,
+                action=argparse.BooleanOptionalAction,
+                default=setting.default if defaults else None,
+                help=help_text,
+            )
+        else:
+            parser.add_argument(
+                setting.option,
+                type=int,
+                default=setting.default if defaults else None,
+                help=help_text,
+            )
+
+
+def given_settings(
+    values: Mapping[str, Any], names: Sequence[str] = SETTING_NAMES
+) -> dict[str, Any]:
+    """The settings among ``values`` (parsed options) that were given (not None)."""
+    return {name: values[name] for name in names if values.get(name) is not None}
+
+
 def _configure_create(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", type=_name, help="sequence name")
-    parser.add_argument("--start", type=int, default=1, help="first value (default 1)")
-    parser.add_argument("--end", type=int, default=MAX_VALUE, help="last value (default 2**63-1)")
-    parser.add_argument("--step", type=int, default=1, help="increment (default 1)")
-    parser.add_argument(
-        "--batch",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="reserve batch_count values per round trip (default) or one",
-    )
-    parser.add_argument(
-        "--batch-count", type=int, default=100, help="values per reservation (default 100)"
-    )
-    parser.add_argument(
-        "--cycle",
-        action=argparse.BooleanOptionalAction,
-        default=False,
-        help="wrap from end back to start instead of failing (default: no)",
-    )
+    add_setting_arguments(parser, defaults=True)
 
 
 def _run_create(args: argparse.Namespace) -> int:
-    config = SequenceConfig(
-        args.name,
-        start=args.start,
-        end=args.end,
-        step=args.step,
-        batch=args.batch,
-        batch_count=args.batch_count,
-        cycle=args.cycle,
-    )
+    config = SequenceConfig(args.name, **given_settings(vars(args)))
     store = open_store(args)
     try:
         if _has_table(store) and store.read(config.name) is not None:
@@ -312,21 +335,17 @@ def _run_create(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_setting_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--end", type=int, help="last value")
-    parser.add_argument("--step", type=int, help="increment (current moves onto the new grid)")
-    parser.add_argument(
-        "--batch", action=argparse.BooleanOptionalAction, default=None, help="reserve in blocks"
-    )
-    parser.add_argument("--batch-count", type=int, help="values per reservation")
-    parser.add_argument(
-        "--cycle", action=argparse.BooleanOptionalAction, default=None, help="wrap at end"
+def _add_change_options(parser: argparse.ArgumentParser) -> None:
+    add_setting_arguments(
+        parser,
+        CHANGEABLE_SETTINGS,
+        defaults=False,
+        notes={"step": "current moves onto the new grid"},
     )
 
 
 def _settings(args: argparse.Namespace) -> dict[str, Any]:
-    names = ("end", "step", "batch", "batch_count", "cycle")
-    return {name: getattr(args, name) for name in names if getattr(args, name) is not None}
+    return given_settings(vars(args), CHANGEABLE_SETTINGS)
 
 
 def _configure_set(parser: argparse.ArgumentParser) -> None:
@@ -338,7 +357,7 @@ def _configure_set(parser: argparse.ArgumentParser) -> None:
         help="allow moving backwards (values already handed out would come again), "
         "or repair a row that fails validation",
     )
-    _add_setting_options(parser)
+    _add_change_options(parser)
 
 
 def _run_set(args: argparse.Namespace) -> int:
@@ -372,7 +391,7 @@ def _read_or_repairable(store: SequenceStore, name: str) -> None:
 
 def _configure_change(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", type=_name, help="sequence name")
-    _add_setting_options(parser)
+    _add_change_options(parser)
 
 
 def _run_change(args: argparse.Namespace) -> int:
@@ -430,9 +449,7 @@ def _run_sync(args: argparse.Namespace) -> int:
 
 def past(row: SequenceConfig, highest: int) -> int:
     """The first value of ``row``'s series (start + k * step) above ``highest``."""
-    from autoseq.maintenance import first_value_after
-
-    return first_value_after(row, highest)
+    return row.first_value_after(highest)
 
 
 def _column_max(store: SequenceStore, table_name: str, column_name: str) -> int | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from autoseq.errors import InvalidSequenceConfig, InvalidStoredRow
@@ -15,6 +15,11 @@ MAX_VALUE = 2**63 - 1
 #: Longest sequence name; the ``name`` column is ``VARCHAR(NAME_MAX_LENGTH)``.
 NAME_MAX_LENGTH = 191  # fits a utf8mb4 index prefix on MySQL/MariaDB
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def utc_now() -> datetime:
+    """Now, timezone-aware in UTC: what every store writes to ``updated_at``."""
+    return datetime.now(UTC)
 
 
 def validate_name(name: object) -> str:
@@ -53,11 +58,87 @@ def validate_name(name: object) -> str:
 def _check_int(field_name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidSequenceConfig(
-            f"{field_name} must be an int, got {type(value).__name__} {value!r}"
+            f"{field_name} must be an int, got {type(value).__name__} {value!r}",
+            setting=field_name,
+            rule="type",
         )
     if not -MAX_VALUE - 1 <= value <= MAX_VALUE:
-        raise InvalidSequenceConfig(f"{field_name}={value} does not fit a signed 64-bit integer")
+        raise InvalidSequenceConfig(
+            f"{field_name}={value} does not fit a signed 64-bit integer",
+            setting=field_name,
+            rule="size",
+        )
     return value
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """One setting of a sequence a user chooses: the single declaration of it.
+
+    ``SequenceConfig`` takes its default and checks it by ``type`` and
+    ``minimum``; the CLIs build their options from it (``option``, ``help``),
+    Django's ``AUTOSEQ["DEFAULTS"]`` and the ORM fields accept these names.
+    """
+
+    name: str
+    type: type[int] | type[bool]
+    default: int | bool
+    help: str
+    #: The smallest value allowed, and what the error adds to say what to do.
+    minimum: int | None = None
+    minimum_hint: str = ""
+    #: How help shows the default, where ``str(default)`` reads badly.
+    default_text: str | None = None
+    #: Whether a stored row's setting can be changed (``start`` is fixed once values exist).
+    changeable: bool = True
+
+    @property
+    def option(self) -> str:
+        """The command-line option: ``--batch-count`` for ``batch_count``."""
+        return "--" + self.name.replace("_", "-")
+
+    def describe_default(self) -> str:
+        """The default as help shows it: ``1``, ``2**63-1``, ``yes``."""
+        if self.default_text is not None:
+            return self.default_text
+        if self.type is bool:
+            return "yes" if self.default else "no"
+        return str(self.default)
+
+
+#: The settings of a sequence, in ``sys_sequence`` column order.
+SETTINGS: tuple[Setting, ...] = (
+    Setting("start", int, 1, "first value", changeable=False),
+    Setting("end", int, MAX_VALUE, "last value", default_text="2**63-1"),
+    Setting("step", int, 1, "increment", minimum=1),
+    Setting("batch", bool, True, "reserve batch_count values per round trip (else one)"),
+    Setting(
+        "batch_count",
+        int,
+        100,
+        "values per reservation",
+        minimum=1,
+        minimum_hint=" (use batch=False for one value per round trip)",
+    ),
+    Setting("cycle", bool, False, "wrap from end back to start instead of failing"),
+)
+#: The setting names, in order: ``("start", "end", "step", "batch", "batch_count", "cycle")``.
+SETTING_NAMES: tuple[str, ...] = tuple(setting.name for setting in SETTINGS)
+SETTINGS_BY_NAME: dict[str, Setting] = {setting.name: setting for setting in SETTINGS}
+#: The settings a change to a stored row may write.
+CHANGEABLE_SETTINGS: tuple[str, ...] = tuple(s.name for s in SETTINGS if s.changeable)
+
+
+def _int_default(name: str) -> int:
+    default = SETTINGS_BY_NAME[name].default
+    assert type(default) is int
+    return default
+
+
+def _bool_default(name: str) -> bool:
+    default = SETTINGS_BY_NAME[name].default
+    assert type(default) is bool
+    return default
 
 
 def _stored_int(value: object, field_name: str) -> int:
@@ -98,13 +179,13 @@ class SequenceConfig:
     """
 
     name: str
-    start: int = 1
-    end: int = MAX_VALUE
-    step: int = 1
+    start: int = _int_default("start")
+    end: int = _int_default("end")
+    step: int = _int_default("step")
     current: int | None = None
-    batch: bool = True
-    batch_count: int = 100
-    cycle: bool = False
+    batch: bool = _bool_default("batch")
+    batch_count: int = _int_default("batch_count")
+    cycle: bool = _bool_default("cycle")
     updated_at: datetime | None = field(default=None, compare=False)
     #: Bumped by every write to the stored row (reservation, hand-back, set,
     #: change); the compare-and-set of every write outside a reservation
@@ -114,43 +195,62 @@ class SequenceConfig:
 
     def __post_init__(self) -> None:
         validate_name(self.name)
-        for name in ("start", "end", "step", "batch_count", "version"):
-            _check_int(name, getattr(self, name))
-        for name in ("batch", "cycle", "gapless"):
-            if not isinstance(getattr(self, name), bool):
-                value = getattr(self, name)
+        for setting in SETTINGS:
+            if setting.type is int:
+                _check_int(setting.name, getattr(self, setting.name))
+        _check_int("version", self.version)
+        for setting in SETTINGS:
+            value = getattr(self, setting.name)
+            if setting.type is bool and not isinstance(value, bool):
                 raise InvalidSequenceConfig(
-                    f"{name} must be True or False, got {type(value).__name__} {value!r}"
+                    f"{setting.name} must be True or False, got {type(value).__name__} {value!r}",
+                    setting=setting.name,
+                    rule="type",
                 )
-        if self.step < 1:
+        if not isinstance(self.gapless, bool):
             raise InvalidSequenceConfig(
-                f"sequence {self.name!r}: step={self.step}; step must be 1 or more"
+                f"gapless must be True or False, got {type(self.gapless).__name__} "
+                f"{self.gapless!r}",
+                setting="gapless",
+                rule="type",
             )
-        if self.batch_count < 1:
-            raise InvalidSequenceConfig(
-                f"sequence {self.name!r}: batch_count={self.batch_count}; "
-                "batch_count must be 1 or more (use batch=False for one value per round trip)"
-            )
+        for setting in SETTINGS:
+            value = getattr(self, setting.name)
+            if setting.minimum is not None and value < setting.minimum:
+                raise InvalidSequenceConfig(
+                    f"sequence {self.name!r}: {setting.name}={value}; {setting.name} must be "
+                    f"{setting.minimum} or more{setting.minimum_hint}",
+                    setting=setting.name,
+                    rule="minimum",
+                )
         if self.start > self.end:
             raise InvalidSequenceConfig(
-                f"sequence {self.name!r}: start={self.start} is greater than end={self.end}"
+                f"sequence {self.name!r}: start={self.start} is greater than end={self.end}",
+                setting="start",
+                rule="order",
             )
         if self.start > MAX_VALUE - self.step:
             raise InvalidSequenceConfig(
                 f"sequence {self.name!r}: start={self.start} leaves no room for one step "
-                f"of {self.step} below 2**63; lower start or step"
+                f"of {self.step} below 2**63; lower start or step",
+                setting="start",
+                rule="room",
             )
         if self.current is not None:
             _check_int("current", self.current)
             if not self.start <= self.current <= self.end:
                 raise InvalidSequenceConfig(
                     f"sequence {self.name!r}: current={self.current} is outside "
-                    f"[start={self.start}, end={self.end}]"
+                    f"[start={self.start}, end={self.end}]",
+                    setting="current",
+                    rule="range",
                 )
             if (self.current - self.start) % self.step:
                 raise InvalidSequenceConfig(
                     f"sequence {self.name!r}: current={self.current} is not start + k * step "
-                    f"(start={self.start}, step={self.step})"
+                    f"(start={self.start}, step={self.step})",
+                    setting="current",
+                    rule="grid",
                 )
 
     @classmethod
@@ -216,6 +316,32 @@ class SequenceConfig:
     def next_value(self) -> int:
         """The next unreserved value (``current``, or ``start`` when unset)."""
         return self.start if self.current is None else self.current
+
+    @property
+    def values_left(self) -> int:
+        """Values not yet reserved before ``end`` (a cycling sequence starts over after)."""
+        return max(0, (self.last_value - self.next_value) // self.step + 1)
+
+    @property
+    def range_size(self) -> int:
+        """How many values the series ``start, start + step, ...`` holds in all."""
+        return (self.last_value - self.start) // self.step + 1
+
+    def first_value_after(self, value: int | None) -> int:
+        """The first value of the series (``start + k * step``) greater than ``value``.
+
+        ``None`` (nothing stored yet) or a value below ``start`` gives ``start``.
+        The result may lie past ``last_value``: the ``current`` of an exhausted row.
+        """
+        if value is None or value < self.start:
+            return self.start
+        return self.start + ((value - self.start) // self.step + 1) * self.step
+
+    def first_value_from(self, value: int) -> int:
+        """The first value of the series at or above ``value``."""
+        if value <= self.start:
+            return self.start
+        return self.start + -(-(value - self.start) // self.step) * self.step
 
     def replace(self, **changes: Any) -> SequenceConfig:
         """A copy with ``changes`` applied and validated again."""

@@ -211,10 +211,8 @@ def format_duration(seconds: float | None) -> str:
 
 
 def values_left(row: SequenceConfig) -> int:
-    """Values not yet reserved before ``end``."""
-    if row.next_value > row.last_value:
-        return 0
-    return (row.last_value - row.next_value) // row.step + 1
+    """Values not yet reserved before ``end``: ``row.values_left`` (kept for callers)."""
+    return row.values_left
 
 
 def describe(store: SequenceStore) -> str:
@@ -366,7 +364,7 @@ def examine(
                 _check_missing(item, tops, report)
             continue
         item.current, item.end, item.step, item.cycle = row.next_value, row.end, row.step, row.cycle
-        item.values_left = values_left(row)
+        item.values_left = row.values_left
         item.rate = measured.get(item.name)
         _check_behind(row, tops, report)
         _check_values_left(row, item, report, warn_share=warn_share, warn_seconds=warn_seconds)
@@ -439,7 +437,7 @@ def _check_values_left(
 ) -> None:
     if row.cycle:
         return
-    left = values_left(row)
+    left = row.values_left
     if item.rate:
         item.seconds_to_end = left / item.rate
     if left == 0:
@@ -451,7 +449,7 @@ def _check_values_left(
             row.name,
         )
         return
-    span = (row.last_value - row.start) // row.step + 1
+    span = row.range_size
     used = 1 - left / span
     if item.seconds_to_end is not None and item.seconds_to_end < warn_seconds:
         report.add(

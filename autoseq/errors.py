@@ -8,7 +8,19 @@ class AutoseqError(Exception):
 
 
 class InvalidSequenceConfig(AutoseqError, ValueError):
-    """A sequence's settings (or a stored row) cannot produce valid values."""
+    """A sequence's settings (or a stored row) cannot produce valid values.
+
+    Raised by ``SequenceConfig``, ``setting`` names the setting at fault
+    (``"step"``) and ``rule`` the rule it breaks: ``"type"``, ``"size"``
+    (outside 64 bits), ``"minimum"``, ``"order"`` (``start`` above ``end``),
+    ``"room"``, ``"range"`` or ``"grid"`` (``current``); both are None
+    elsewhere. Integrations map them to their own codes (Django's checks).
+    """
+
+    def __init__(self, *args: object, setting: str | None = None, rule: str | None = None) -> None:
+        super().__init__(*args)
+        self.setting = setting
+        self.rule = rule
 
 
 class InvalidStoredRow(InvalidSequenceConfig):

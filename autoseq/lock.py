@@ -544,7 +544,7 @@ class SequenceLock:
             eta: float | None = None
             end_left: int | None = None
             if row is not None and not row.cycle:
-                unreserved = max(0, (row.last_value - row.next_value) // row.step + 1)
+                unreserved = row.values_left
                 end_left = unreserved + left + buffered
                 if rate:
                     eta = end_left / rate

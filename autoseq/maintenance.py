@@ -26,7 +26,14 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from autoseq.config import MAX_VALUE, SequenceConfig, _stored_bool, _stored_int, validate_name
+from autoseq.config import (
+    CHANGEABLE_SETTINGS,
+    MAX_VALUE,
+    SequenceConfig,
+    _stored_bool,
+    _stored_int,
+    validate_name,
+)
 from autoseq.errors import (
     InvalidSequenceConfig,
     InvalidStoredRow,
@@ -37,24 +44,20 @@ from autoseq.errors import (
 from autoseq.stores.base import SequenceStore
 
 #: Settings a maintenance write may change (``start`` and ``name`` are fixed).
-CHANGEABLE = ("current", "end", "step", "batch", "batch_count", "cycle")
+CHANGEABLE = ("current", *CHANGEABLE_SETTINGS)
 _ATTEMPTS = 50
 #: How long a maintenance write keeps trying on a sequence that keeps moving.
 WRITE_TIMEOUT = 10.0
 
 
 def first_value_after(row: SequenceConfig, value: int | None) -> int:
-    """The first value of ``row``'s series (``start + k * step``) greater than ``value``."""
-    if value is None or value < row.start:
-        return row.start
-    return row.start + ((value - row.start) // row.step + 1) * row.step
+    """The first value of ``row``'s series greater than ``value``: ``row.first_value_after``."""
+    return row.first_value_after(value)
 
 
 def first_value_from(row: SequenceConfig, value: int) -> int:
-    """The first value of ``row``'s series at or above ``value``."""
-    if value <= row.start:
-        return row.start
-    return row.start + -(-(value - row.start) // row.step) * row.step
+    """The first value of ``row``'s series at or above ``value``: ``row.first_value_from``."""
+    return row.first_value_from(value)
 
 
 def read(store: SequenceStore, name: str) -> SequenceConfig:
@@ -114,7 +117,7 @@ def _check_floor(row: SequenceConfig, value: int, floor: int | None) -> None:
     if floor is not None and value <= floor:
         raise ValueMovesBackward(
             f"sequence {row.name!r}: {value} is not past {floor}, the largest key already "
-            f"stored in a column using it; use {first_value_after(row, floor)} or more"
+            f"stored in a column using it; use {row.first_value_after(floor)} or more"
         )
 
 
@@ -181,7 +184,7 @@ def _on_grid(row: SequenceConfig, value: int, *, exhausted_ok: bool = False) -> 
     if (value - row.start) % row.step:
         raise InvalidSequenceConfig(
             f"sequence {row.name!r}: {value} is not start + k * step (start={row.start}, "
-            f"step={row.step}); the nearest such value is {first_value_from(row, value)}"
+            f"step={row.step}); the nearest such value is {row.first_value_from(value)}"
         )
 
 
@@ -194,17 +197,27 @@ def sync(store: SequenceStore, name: str, floor: int | None) -> SequenceConfig:
     """
 
     def decide(row: SequenceConfig) -> SequenceConfig | None:
-        target = first_value_after(row, floor)
-        if target <= row.next_value:
-            return None
-        if target > row.last_value + row.step:
-            raise InvalidSequenceConfig(
-                f"sequence {row.name!r}: a column already holds {floor}, past the last "
-                f"value {row.last_value} (end={row.end}); raise its end first"
-            )
-        return _stored(row, target)
+        target = sync_target(row, floor)
+        return None if target is None else _stored(row, target)
 
     return _write(store, name, decide)
+
+
+def sync_target(row: SequenceConfig, floor: int | None, holder: str = "a column") -> int | None:
+    """The ``current`` that puts ``row`` past ``floor``; None when it is past already.
+
+    ``InvalidSequenceConfig`` when ``floor`` (held by ``holder``) is at or
+    past the last value: only a larger ``end`` makes room.
+    """
+    target = row.first_value_after(floor)
+    if target <= row.next_value:
+        return None
+    if target > row.last_value + row.step:
+        raise InvalidSequenceConfig(
+            f"sequence {row.name!r}: {holder} already holds {floor}, past the last "
+            f"value {row.last_value} (end={row.end}); raise its end first"
+        )
+    return target
 
 
 def change(
@@ -252,7 +265,7 @@ def planned_change(
         raise InvalidSequenceConfig(f"cannot change sequence {row.name!r}: {exc}") from None
     current = row.next_value
     if "step" in settings and candidate.step != row.step:
-        current = first_value_from(candidate, current)
+        current = candidate.first_value_from(current)
     if changes.get("current") is not None:
         value = _check_int("current", changes["current"])
         if value < current and not force:
@@ -346,7 +359,7 @@ def adopt(
     if existing is None:
         opening = config
         if floor is not None and floor >= config.next_value:
-            opening = _stored(config, first_value_after(config, floor))
+            opening = _stored(config, config.first_value_after(floor))
         created = store.create(opening)
         if created.next_value == opening.next_value and created.version == 0:
             return created, True

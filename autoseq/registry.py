@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Hashable
+from typing import Any, Generic, TypeVar
 
+from autoseq import _hooks
 from autoseq.config import SequenceConfig, validate_name
 from autoseq.errors import GaplessUnavailable, SequenceNotFound
 from autoseq.lock import BufferPolicy, SequenceLock
-from autoseq.maintenance import first_value_after
 from autoseq.stores.base import SequenceStore
 
 
@@ -18,7 +20,7 @@ def opening_row(config: SequenceConfig, floor: int | None) -> SequenceConfig:
         return config
     # Keys past ``end`` leave the row exhausted: reservations then say so.
     return config.with_current(
-        min(first_value_after(config, floor), config.last_value + config.step)
+        min(config.first_value_after(floor), config.last_value + config.step)
     )
 
 
@@ -171,3 +173,82 @@ class SequenceRegistry:
         """Close every lock (handing unused tails back) and then the store."""
         self.close_locks(release=release)
         self.store.close()
+
+
+K = TypeVar("K", bound=Hashable)
+
+
+class RegistryCache(Generic[K]):
+    """This process's registries by a key (a URL, an alias), each built once on first use.
+
+    What an integration keeps: ``get(key, build)`` returns the registry of
+    ``key``, calling ``build()`` (under the cache's lock, so once) when there
+    is none. A ``tag`` is what the registry was built on (a client): a
+    registry cached with another tag is stale, handed to ``on_stale`` and
+    built again. After ``fork()`` a child gets a new lock (the registries'
+    locks and stores reset themselves).
+    """
+
+    def __init__(self) -> None:
+        self._entries: dict[K, tuple[object, SequenceRegistry]] = {}
+        self._guard = threading.Lock()
+        _caches.add(self)
+
+    def get(
+        self,
+        key: K,
+        build: Callable[[], SequenceRegistry],
+        *,
+        tag: object = None,
+        on_stale: Callable[[SequenceRegistry], None] | None = None,
+    ) -> SequenceRegistry:
+        """The registry of ``key``, built by ``build()`` if missing or stale."""
+        entry = self._entries.get(key)
+        if entry is not None and entry[0] is tag:
+            return entry[1]
+        with self._guard:
+            entry = self._entries.get(key)
+            if entry is not None and entry[0] is tag:
+                return entry[1]
+            if entry is not None and on_stale is not None:
+                on_stale(entry[1])
+            registry = build()
+            self._entries[key] = (tag, registry)
+            return registry
+
+    def find(self, key: K) -> SequenceRegistry | None:
+        """The registry of ``key`` if one was built (stale or not), else None."""
+        entry = self._entries.get(key)
+        return None if entry is None else entry[1]
+
+    def registries(self) -> list[SequenceRegistry]:
+        """Every registry cached now."""
+        with self._guard:
+            return [registry for _, registry in self._entries.values()]
+
+    def clear(self) -> list[SequenceRegistry]:
+        """Forget every registry and return them, unclosed (the caller decides how)."""
+        with self._guard:
+            registries = [registry for _, registry in self._entries.values()]
+            self._entries.clear()
+        return registries
+
+    def close_all(self) -> None:
+        """Forget and close every registry: unused tails go back, stores close."""
+        for registry in self.clear():
+            registry.close()
+
+    def _after_fork_in_child(self) -> None:
+        # A thread of the parent may have held the lock at fork.
+        self._guard = threading.Lock()
+
+
+_caches: weakref.WeakSet[RegistryCache[Any]] = weakref.WeakSet()
+
+
+def _new_cache_locks_in_child() -> None:
+    for cache in list(_caches):
+        cache._after_fork_in_child()
+
+
+_hooks.on_fork(after_in_child=_new_cache_locks_in_child)

@@ -31,11 +31,12 @@ Settings, all optional, in one dict::
 SQLite: one writer per file. A reservation needed while your
 ``atomic()`` holds the write lock would wait for it forever, so the sequences
 of ``db.sqlite3`` live in the companion file ``db.sqlite3.autoseq`` (an
-in-memory database, like the test database, gets a private in-memory store).
-Django's connections attach the companion read-only, so the admin and
-``SysSequence`` queries show those rows with no extra settings. Change rows
-with the admin or ``manage.py autoseq`` (they write through autoseq's own
-connection), not by saving ``SysSequence`` inside your transactions.
+in-memory database, like the test database, gets a shared-cache in-memory
+store). Django's connections attach the companion (a file read-only), so the
+admin and ``SysSequence`` queries show those rows with no extra settings,
+in tests too. Change rows with the admin or ``manage.py autoseq`` (they
+write through autoseq's own connection), not by saving ``SysSequence``
+inside your transactions.
 
 ``manage.py autoseq list | create | set | sync | apply`` manages rows. Keys
 loaded with their own values (``loaddata``, explicit bulk loads) and fields a

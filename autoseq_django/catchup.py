@@ -17,20 +17,24 @@ from ``AutoField`` would otherwise meet the sequence later, as an
 * After ``migrate``, a sequence whose field a migration added or altered
   (the switch from ``BigAutoField``, say) moves past ``max()`` of its columns.
 
-Values that another process already holds in memory are its own: restart
-workers after loading keys past ``current`` (see ``manage.py autoseq sync``).
+Values that another process already holds in memory are its own; the
+first INSERT there that meets a loaded key fails once, with a message to
+retry, and drops that process's buffered values, so the retry and every
+later insert take values past the loaded keys (``guard_inserts``).
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from typing import TYPE_CHECKING, Any
 
-from django.db import connections, transaction
+from django.db import IntegrityError, connections, transaction
 
 from autoseq import SequenceNotFound
 from autoseq import maintenance as core
+from autoseq_django import _compat
 
 if TYPE_CHECKING:
     from autoseq_django.fields import SequenceField
@@ -61,7 +65,7 @@ def note(field: SequenceField, alias: str, value: int) -> None:
     connection = connections[alias]
     if not connection.in_atomic_block:
         flush()  # autocommit: the statement is its own transaction
-    elif not any(entry[1] is _flush_on_commit for entry in connection.run_on_commit):
+    elif not _compat.on_commit_pending(connection, _flush_on_commit):
         transaction.on_commit(_flush_on_commit, using=alias)
 
 
@@ -193,3 +197,139 @@ def forget(alias: str) -> None:
     pending_values = _pending()
     for key in [key for key in pending_values if key[0] == alias]:
         del pending_values[key]
+
+
+# Keys another process loads -------------------------------------------------
+#
+# A process holding a block in memory cannot see keys that another process
+# loads into it (loaddata, explicit keys): the loader's catch-up moves the
+# stored ``current`` past them, but the held block predates it. PostgreSQL
+# sequences with CACHE > 1 have the same blind spot (setval is not seen by
+# sessions until their cache runs out). So the first INSERT that collides
+# with such a key drops this process's buffered values of that sequence and
+# says to retry; the retry takes a fresh block past the loaded keys.
+
+#: Per thread, by id(field): the field, the instances its last take filled and
+#: their values. Held until the thread's next statement that is not an INSERT
+#: (a bulk's INSERTs follow one another), so no per-row bookkeeping is needed.
+_filled = threading.local()
+_Given = dict[int, tuple["SequenceField", list[Any], list[int]]]
+_INSERT_INTO = re.compile(r"\s*INSERT\s+(?:IGNORE\s+)?INTO\s+([`\"\[]?)([^\s`\"\]]+)", re.I)
+
+
+def filled(field: SequenceField, instances: list[Any], values: list[int]) -> None:
+    """Remember that ``field`` just gave ``values`` to ``instances`` (undone on a collision)."""
+    by_field: _Given | None = getattr(_filled, "by_field", None)
+    if by_field is None:
+        by_field = _filled.by_field = {}
+    by_field[id(field)] = (field, instances, values)
+
+
+def _fields_of_table(table: str) -> list[SequenceField]:
+    from django.apps import apps
+
+    from autoseq_django.fields import sequence_fields
+
+    return [
+        field
+        for model in apps.get_models()
+        if model._meta.db_table == table
+        for field in sequence_fields(model)
+        if field.unique and not field.gapless
+    ]
+
+
+def _names_column(field: SequenceField, table: str, message: str) -> bool:
+    """True when a unique-violation ``message`` names ``field``'s column (or key)."""
+    column = field.column
+    patterns = (f"{table}.{column}", f"({column})=", f"'{column}'", f".{column}'")
+    return any(p in message for p in patterns) or (field.primary_key and "PRIMARY" in message)
+
+
+def _values(params: Any, many: bool) -> set[Any]:
+    rows = params if many else [params]
+    found: set[Any] = set()
+    for row in rows or ():
+        if isinstance(row, dict):
+            row = row.values()
+        for value in row or ():
+            # PostgreSQL bulks bind one array per column (INSERT ... UNNEST).
+            values = value if isinstance(value, list | tuple) else (value,)
+            # int subclasses too: psycopg's Int8 wraps the values Django binds.
+            found.update(int(v) for v in values if isinstance(v, int))
+    return found
+
+
+def _unsaved(field: SequenceField, instances: list[Any], values: list[int]) -> list[Any]:
+    """The instances still being inserted that hold the value ``field`` gave them."""
+    attname = field.attname
+    return [
+        obj
+        for obj, value in zip(instances, values, strict=True)
+        if obj._state.adding and getattr(obj, attname) == value
+    ]
+
+
+def collided(alias: str, sql: str, params: Any, many: bool, error: BaseException) -> str | None:
+    """After an INSERT failed with ``error``: drop buffered values it may have met; a hint.
+
+    None unless the error names a sequence column and the statement carried
+    values this thread took from that sequence (a key the caller chose that
+    exists already is the caller's own conflict). Else the buffered values
+    of each such sequence are dropped (the next take reserves a fresh
+    block, past keys loaded meanwhile), the instances whose values came
+    from it lose them again (so a retry takes new ones), and the returned
+    text says so.
+    """
+    match = _INSERT_INTO.match(sql)
+    if match is None:
+        return None
+    by_field = getattr(_filled, "by_field", None)
+    if not by_field:
+        return None
+    table = match.group(2)
+    message = str(error)
+    fields = [
+        f for f in _fields_of_table(table) if id(f) in by_field and _names_column(f, table, message)
+    ]
+    if not fields:
+        return None
+    from autoseq_django import sequences
+
+    sent = _values(params, many)
+    names: list[str] = []
+    for field in fields:
+        if field.sequence_config.cycle:
+            continue
+        _, instances, values = by_field[id(field)]
+        unsaved = _unsaved(field, instances, values)
+        if not sent.intersection(getattr(obj, field.attname) for obj in unsaved):
+            continue
+        sequences.forget(sequences.sequence_database(alias), field.sequence_name)
+        names.append(field.sequence_name)
+        del by_field[id(field)]
+        for obj in unsaved:
+            setattr(obj, field.attname, None)
+    if not names:
+        return None
+    listed = ", ".join(map(repr, names))
+    return (
+        f"autoseq: a value of sequence {listed} is already taken in {table}, most likely by "
+        "a key another process loaded (loaddata, explicit keys) into a block this process "
+        "held. This process dropped its buffered values of that sequence: retry the save "
+        "(in a new transaction) and it gets a value past the loaded keys."
+    )
+
+
+def guard_inserts(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+    """A Django execute wrapper: an INSERT that meets a loaded key recovers on retry."""
+    try:
+        result = execute(sql, params, many, context)
+    except IntegrityError as exc:
+        hint = collided(context["connection"].alias, sql, params, many, exc)
+        if hint is None:
+            raise
+        raise type(exc)(f"{exc}\n{hint}") from exc
+    if getattr(_filled, "by_field", None) and not _INSERT_INTO.match(sql):
+        _filled.by_field = {}  # the inserts that used them are over
+    return result

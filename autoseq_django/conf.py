@@ -10,11 +10,12 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 from autoseq import BufferPolicy, InvalidSequenceConfig, SequenceConfig
+from autoseq.config import SETTING_NAMES
 
 #: Keys of ``AUTOSEQ``; anything else is a typo and refused.
 KEYS = ("DATABASE", "AUTO_CREATE", "DEFAULTS", "BUFFER", "PRELOAD", "URLS")
 #: Keys of ``AUTOSEQ["DEFAULTS"]``: the settings of a sequence a field does not set.
-DEFAULT_KEYS = ("start", "end", "step", "batch", "batch_count", "cycle")
+DEFAULT_KEYS = SETTING_NAMES
 
 
 @dataclass(frozen=True)

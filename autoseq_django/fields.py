@@ -13,7 +13,6 @@ and get one only when empty.
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -24,8 +23,8 @@ from django.db.models.fields import NOT_PROVIDED
 from django.db.models.signals import pre_save
 
 from autoseq import InvalidSequenceConfig, SequenceConfig
-from autoseq.config import MAX_VALUE
-from autoseq_django import catchup, conf, sequences
+from autoseq.config import MAX_VALUE, SETTING_NAMES, SETTINGS
+from autoseq_django import _compat, catchup, conf, sequences
 
 if TYPE_CHECKING:
     from django.db.backends.base.base import BaseDatabaseWrapper
@@ -38,11 +37,9 @@ else:
     _BigAutoField = models.BigAutoField
 
 #: The sequence settings a field accepts, besides the sequence name.
-SEQUENCE_OPTIONS = ("start", "end", "step", "batch", "batch_count", "cycle")
+SEQUENCE_OPTIONS = SETTING_NAMES
 _UNKNOWN = -(2**64)  # below every value: nothing known yet
-_CONFIG_DEFAULTS = {
-    f.name: f.default for f in dataclasses.fields(SequenceConfig) if f.name in SEQUENCE_OPTIONS
-}
+_DEFAULTS = {setting.name: setting.default for setting in SETTINGS}
 
 
 class _Unfilled:
@@ -103,7 +100,7 @@ class _Pending:
     def resolve_expression(self, query: Any = None, *args: Any, **kwargs: Any) -> _Pending:
         # The compiler passes its InsertQuery: its objs are every row of the
         # statement, so the whole statement is served by one next_many().
-        objs = getattr(query, "objs", None) or (self.instance,)
+        objs = _compat.insert_rows(query) or (self.instance,)
         return _Pending(self.field, self.instance, self.unfilled, objs)
 
 
@@ -270,8 +267,11 @@ class SequenceField(_BigIntegerField):
                 # must pass them, not only the ones compiled so far.
                 catchup.note(self, using, value)
         if missing:
-            for obj, value in zip(missing, self.take(using, len(missing)), strict=True):
+            values = self.take(using, len(missing))
+            for obj, value in zip(missing, values, strict=True):
                 setattr(obj, attname, value)
+            if self.unique and not self.gapless:
+                catchup.filled(self, missing, values)
 
     def contribute_to_class(
         self, cls: type[models.Model], name: str, private_only: bool = False
@@ -313,33 +313,18 @@ class SequenceField(_BigIntegerField):
             defaults = conf.get().defaults
         except Exception:  # noqa: BLE001 - the settings check reports it
             defaults = {}
-        merged = {
-            **_CONFIG_DEFAULTS,
-            **defaults,
-            **self.sequence_options,
-        }
+        merged = {**defaults, **self.sequence_options}
         errors: list[checks.CheckMessage] = []
 
         def error(code: str, message: str, hint: str) -> None:
             errors.append(checks.Error(message, hint=hint, obj=self, id=f"autoseq.{code}"))
 
-        step, start, end = merged["step"], merged["start"], merged["end"]
-        batch_count = merged["batch_count"]
-        if not isinstance(step, int) or step < 1:
-            error("E001", f"SequenceField step={step!r} must be 1 or more.", "Use step=1 or more.")
-        if isinstance(start, int) and isinstance(end, int) and start > end:
-            error(
-                "E002",
-                f"SequenceField start={start} is greater than end={end}.",
-                "Lower start or raise end.",
-            )
-        if not isinstance(batch_count, int) or batch_count < 1:
-            error(
-                "E003",
-                f"SequenceField batch_count={batch_count!r} must be 1 or more.",
-                "Use batch_count=1 or more (batch=False reserves one value per round trip).",
-            )
-        if merged["cycle"] and (self.primary_key or self.unique):
+        try:
+            SequenceConfig(self.sequence_name, **{k: merged[k] for k in merged if k in _DEFAULTS})
+        except InvalidSequenceConfig as exc:
+            code, hint = _check_code(exc)
+            error(code, f"SequenceField cannot make a sequence: {exc}.", hint)
+        if merged.get("cycle", _DEFAULTS["cycle"]) and (self.primary_key or self.unique):
             error(
                 "E004",
                 "SequenceField with cycle=True on a primary key or unique column: "
@@ -353,21 +338,23 @@ class SequenceField(_BigIntegerField):
                 "would hide it.",
                 "Remove default= and db_default= from the field.",
             )
-        if isinstance(end, int) and end > MAX_VALUE:
-            error(
-                "E007",
-                f"SequenceField end={end} does not fit the BIGINT column.",
-                f"Use end <= {MAX_VALUE}.",
-            )
-        if not errors:
-            try:
-                SequenceConfig(self.sequence_name, **{k: merged[k] for k in SEQUENCE_OPTIONS})
-            except InvalidSequenceConfig as exc:
-                error("E005", f"SequenceField cannot make a sequence: {exc}", "Fix the arguments.")
         from autoseq_django.serials import gapless_problems
 
         errors.extend(gapless_problems(self, self.gapless, "SequenceField"))
         return errors
+
+
+def _check_code(exc: InvalidSequenceConfig) -> tuple[str, str]:
+    """The check id and hint of what ``SequenceConfig`` refused (E005: anything else)."""
+    if exc.setting == "step":
+        return "E001", "Use step=1 or more."
+    if exc.rule == "order":
+        return "E002", "Lower start or raise end."
+    if exc.setting == "batch_count":
+        return "E003", "Use batch_count=1 or more (batch=False reserves one value per round trip)."
+    if exc.setting == "end" and exc.rule == "size":
+        return "E007", f"Use end <= {MAX_VALUE}."
+    return "E005", "Fix the arguments."
 
 
 def _fill_raw_saves(sender: type[models.Model], instance: models.Model, **kwargs: Any) -> None:

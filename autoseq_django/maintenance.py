@@ -102,7 +102,7 @@ def _check_columns(row: SequenceConfig, changes: dict[str, Any], columns: list[C
             raise ValueMovesBackward(
                 f"sequence {row.name!r}: current={current} is not past max({column.label})"
                 f"={column.value} in database {column.database!r}; use "
-                f"{first_value_after(row, column.value)} or more"
+                f"{row.first_value_after(column.value)} or more"
             )
 
 
@@ -226,7 +226,7 @@ def drift(field: SequenceField, row: SequenceConfig) -> dict[str, Any]:
     }
     if wanted.start > row.next_value:
         grid = SequenceConfig(**(row.as_row() | changes | {"current": None}))
-        changes["current"] = core.first_value_from(grid, wanted.start)
+        changes["current"] = grid.first_value_from(wanted.start)
     return changes
 
 

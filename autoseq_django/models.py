@@ -57,10 +57,7 @@ class SysSequence(models.Model):
         """Values not yet reserved before ``end`` (None for a cycling sequence)."""
         if self.cycle:
             return None
-        config = self.as_config()
-        if config.next_value > config.last_value:
-            return 0
-        return (config.last_value - config.next_value) // config.step + 1
+        return self.as_config().values_left
 
     def as_config(self) -> SequenceConfig:
         """The row as an ``autoseq.SequenceConfig`` (``InvalidSequenceConfig`` if impossible)."""

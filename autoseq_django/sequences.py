@@ -7,7 +7,8 @@ like ``AutoField``). That database is reached through an
 :class:`autoseq.stores.SQLStore` on its own SQLAlchemy engine, never through
 Django's connection, so a rollback of the caller's transaction never undoes a
 reservation (and on SQLite the table lives in the companion file
-``<NAME>.autoseq``; an in-memory database gets a private in-memory store).
+``<NAME>.autoseq``; an in-memory database gets a shared-cache in-memory store
+named after it, which Django's connections attach).
 The URL is built from the alias's settings when used, so test databases set
 up by Django's runner or pytest-django are the ones reached.
 """
@@ -16,13 +17,13 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import threading
 from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections, router
 
 from autoseq import SequenceConfig, SequenceLock, SequenceNotFound, SequenceRegistry
+from autoseq.registry import RegistryCache
 from autoseq_django import conf
 
 if TYPE_CHECKING:
@@ -45,18 +46,42 @@ _DJANGO_ONLY_OPTIONS = frozenset(
     }
 )
 
-_registries: dict[str, SequenceRegistry] = {}
+_registries: RegistryCache[str] = RegistryCache()  # by the database's URL
 # Private in-memory stores outlive their registries: the in-memory database
 # they serve lives as long as the process, and so must the rows.
 _memory_stores: dict[str, SQLStore] = {}
 _urls: dict[tuple[Any, ...], str] = {}
-_guard = threading.Lock()
 
 
 def sqlite_in_memory(name: object) -> bool:
     """True when a SQLite ``NAME`` is an in-memory database (tests, ``:memory:``)."""
     text = os.fspath(name) if isinstance(name, os.PathLike) else str(name or "")
     return text in ("", ":memory:") or "mode=memory" in text
+
+
+def memory_companion_name(alias: str, name: object) -> str:
+    """The shared-cache name of the in-memory store of an in-memory SQLite database.
+
+    Named after the database (``file:memorydb_default?mode=memory&cache=shared``,
+    Django's test database, gives ``memorydb_default.autoseq``) so that Django's
+    connections can attach it (``autoseq_django.sqlite``); in-memory databases
+    live in one process, and so does this name.
+    """
+    text = os.fspath(name) if isinstance(name, os.PathLike) else str(name or "")
+    base = text[len("file:") :].split("?", 1)[0] if text.startswith("file:") else ""
+    base = base.strip("/") or f"autoseq_memory_{alias}"
+    return f"file:{base}.autoseq"
+
+
+def memory_companion_url(alias: str, name: object) -> URL:
+    """The SQLAlchemy URL of the in-memory store of in-memory database ``alias``."""
+    from sqlalchemy.engine.url import URL
+
+    return URL.create(
+        "sqlite",
+        database=memory_companion_name(alias, name),
+        query={"mode": "memory", "cache": "shared", "uri": "true"},
+    )
 
 
 def database_url(alias: str) -> URL:
@@ -84,7 +109,7 @@ def database_url(alias: str) -> URL:
     if vendor == "sqlite":
         name = settings_dict.get("NAME")
         if sqlite_in_memory(name):
-            return URL.create("sqlite")
+            return memory_companion_url(alias, name)
         path = os.fspath(name or "")
         if path.startswith("file:"):
             path = path[len("file:") :].split("?", 1)[0]
@@ -158,26 +183,26 @@ def generation() -> int:
 def registry(alias: str) -> SequenceRegistry:
     """The registry of the ``sys_sequence`` in database ``alias`` (one per database)."""
     url = _url_key(alias)
-    found = _registries.get(url)
-    if found is not None:
-        return found
+    return _registries.get(url, lambda: _new_registry(url))
+
+
+def _new_registry(url: str) -> SequenceRegistry:
     from autoseq.stores import SQLStore
 
-    with _guard:
-        found = _registries.get(url)
-        if found is None:
-            settings = conf.get()
-            sql_store = _memory_stores.get(url) or SQLStore(url)
-            if sql_store.url.database in (None, "", ":memory:"):
-                _memory_stores[url] = sql_store
-            found = SequenceRegistry(
-                sql_store,
-                policy=settings.buffer,
-                auto_create=settings.auto_create,
-                defaults=settings.sequence_config,
-            )
-            _registries[url] = found
-    return found
+    settings = conf.get()
+    sql_store = _memory_stores.get(url) or SQLStore(url)
+    if sql_store.url.query.get("mode") == "memory" or sql_store.url.database in (
+        None,
+        "",
+        ":memory:",
+    ):
+        _memory_stores[url] = sql_store
+    return SequenceRegistry(
+        sql_store,
+        policy=settings.buffer,
+        auto_create=settings.auto_create,
+        defaults=settings.sequence_config,
+    )
 
 
 def store(alias: str) -> SQLStore:
@@ -231,11 +256,9 @@ def disconnect_servers() -> None:
 
     Called when Django opens a connection without a database, as it does just
     before dropping a test database, which would fail while we hold sessions
-    on it. SQLite is left alone: a private in-memory store would lose its rows.
+    on it. SQLite is left alone: an in-memory store would lose its rows.
     """
-    with _guard:
-        registries = list(_registries.values())
-    for found in registries:
+    for found in _registries.registries():
         sql_store = found.store
         if getattr(sql_store, "dialect", "sqlite") != "sqlite":
             sql_store.engine.dispose()  # type: ignore[attr-defined]
@@ -248,12 +271,10 @@ def reset() -> None:
     the only record of what the in-memory database's rows were given.
     """
     global _generation
-    with _guard:
-        registries = list(_registries.values())
-        _registries.clear()
-        _urls.clear()
-        _generation += 1
-        kept = set(map(id, _memory_stores.values()))
+    registries = _registries.clear()
+    _urls.clear()
+    _generation += 1
+    kept = set(map(id, _memory_stores.values()))
     for found in registries:
         if id(found.store) not in kept:
             found.close()

@@ -9,6 +9,16 @@ read-only (``ATTACH ... ?mode=ro``) and ``db.sqlite3`` keeps no
 companion's table. Read-only matters: ``BEGIN IMMEDIATE`` takes a write
 lock on every attached database it may write, and a read-only one never.
 Changes still go through the store (admin, ``manage.py autoseq``).
+
+An in-memory database (Django's and pytest-django's test database on
+SQLite) has its sequences in a shared-cache in-memory database named after
+it (``memorydb_default.autoseq``), which its connections attach the same
+way. Memory cannot be opened read-only, so those connections read it with
+``PRAGMA read_uncommitted``: in shared-cache mode a reader then takes no
+table lock that would make a reservation fail with "database table is
+locked" while the caller's transaction (a whole ``TestCase``) is open. A
+connection that begins its transactions with ``BEGIN IMMEDIATE`` or
+``EXCLUSIVE`` would lock it for writing, so that one does not attach it.
 """
 
 from __future__ import annotations
@@ -48,22 +58,66 @@ def companion_path(connection: Any) -> str | None:
     return str(url.database)
 
 
+def memory_companion_uri(connection: Any) -> str | None:
+    """The URI of the in-memory store of an in-memory SQLite connection, or None.
+
+    None as well when the connection must not attach it: its sequences live
+    elsewhere, or it begins transactions with ``BEGIN IMMEDIATE``/``EXCLUSIVE``.
+    """
+    from autoseq.stores.sql import SIDECAR_SUFFIX
+    from autoseq_django import sequences
+
+    if connection.vendor != "sqlite":
+        return None
+    settings_dict = connection.settings_dict
+    if not sequences.sqlite_in_memory(settings_dict.get("NAME")):
+        return None
+    mode = str((settings_dict.get("OPTIONS") or {}).get("transaction_mode") or "").upper()
+    if mode in ("IMMEDIATE", "EXCLUSIVE"):
+        return None
+    try:
+        url = sequences.database_url(connection.alias)
+        holder = sequences.sequence_database(connection.alias)
+        if holder != connection.alias and sequences.database_url(holder) != url:
+            return None  # its sequences live in another database, which the router reads
+    except ImproperlyConfigured:
+        return None  # checks E008 / E011 say why
+    database = str(url.database or "")
+    if url.get_backend_name() != "sqlite" or url.query.get("mode") != "memory":
+        return None
+    if not database.endswith(SIDECAR_SUFFIX):
+        return None
+    return f"{database}?mode=memory&cache=shared"
+
+
+def has_companion(connection: Any) -> bool:
+    """True when ``connection``'s sequences live in a database it attaches (file or memory)."""
+    return companion_path(connection) is not None or memory_companion_uri(connection) is not None
+
+
 def attach_companion(connection: Any) -> bool:
-    """Attach the companion of ``connection`` read-only if it exists; True when attached.
+    """Attach the companion of ``connection`` (a file read-only) if it exists; True when attached.
 
     Harmless to call again; does nothing inside a transaction (SQLite
     refuses ``ATTACH`` there) or before the companion file exists.
     """
     path = companion_path(connection)
+    memory = memory_companion_uri(connection) if path is None else None
+    if memory is None and (path is None or not os.path.exists(path)):
+        return False
     raw = getattr(connection, "connection", None)
-    if path is None or raw is None or not os.path.exists(path) or raw.in_transaction:
+    if raw is None or raw.in_transaction:
         return False
     attached = {row[1] for row in raw.execute("PRAGMA database_list")}
     if SCHEMA in attached:
         return True
     if "sys_sequence" in main_tables(raw):
         return False  # an older main-file table would shadow it; migration 0003 drops it
-    uri = f"file:{urllib.parse.quote(path)}?mode=ro"
+    if memory is not None:
+        raw.execute("PRAGMA read_uncommitted = 1")
+        uri = memory
+    else:
+        uri = f"file:{urllib.parse.quote(str(path))}?mode=ro"
     raw.execute(f"ATTACH DATABASE ? AS {SCHEMA}", (uri,))
     return True
 

@@ -16,6 +16,7 @@ from django.apps import apps as global_apps
 from django.db import router
 
 from autoseq import maintenance as core
+from autoseq_django import _compat
 
 _installed = False
 
@@ -26,14 +27,7 @@ def install_when_testing() -> None:
     testcases = sys.modules.get("django.test.testcases")
     if _installed or testcases is None:
         return
-    test_case: Any = testcases.TransactionTestCase
-    original = test_case._reset_sequences
-
-    def _reset_sequences(db_name: str) -> None:
-        original(db_name)
-        reset_sequences(db_name)
-
-    test_case._reset_sequences = staticmethod(_reset_sequences)
+    _compat.wrap_reset_sequences(testcases, reset_sequences)
     _installed = True
 
 
@@ -65,7 +59,7 @@ def reset_sequences(using: str) -> list[str]:
             continue
         # Every database drawing from this store counts, not only ``using``.
         tops = [c.value for c in columns_of(name, sequence_alias) if c.value is not None]
-        target = core.first_value_after(row, max(tops) if tops else None)
+        target = row.first_value_after(max(tops) if tops else None)
         if target != row.next_value:
             core.set_current(store, name, target, force=True, floor=max(tops) if tops else None)
         sequences.forget(sequence_alias, name)

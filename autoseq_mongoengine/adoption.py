@@ -24,6 +24,7 @@ from autoseq import maintenance
 from autoseq.config import SequenceConfig, validate_name
 from autoseq.errors import InvalidSequenceConfig, StoreUnavailable
 from autoseq.stores.mongo import MongoStore, row_document, validate_collection_name
+from autoseq_mongoengine import _compat
 
 BUILTIN_COUNTERS = "mongoengine.counters"
 _FIELD_NAME = re.compile(r"^[^$.\x00][^\x00]*$")
@@ -86,7 +87,7 @@ def adopt_sequence(
         seen = [value for value in (counter, largest) if value is not None]
         last = max(seen) if seen else None
         row = config if shared is not None and dry_run else (store.read(config.name) or config)
-        target = maintenance.first_value_after(row, last)
+        target = row.first_value_after(last)
         if last is not None and target > row.last_value:
             raise InvalidSequenceConfig(
                 f"sequence {config.name!r}: existing values reach {last}, past its "
@@ -126,8 +127,8 @@ def adopt(
     from autoseq_mongoengine.fields import SequenceField
     from autoseq_mongoengine.registry import sequences
 
-    name = field or document._meta["id_field"]
-    declared = document._fields.get(name)
+    name = field or _compat.id_field(document)
+    declared = _compat.declared_fields(document).get(name)
     if not isinstance(declared, SequenceField):
         raise InvalidSequenceConfig(
             f"{document.__name__}.{name} is not an autoseq_mongoengine.SequenceField; "
@@ -146,7 +147,7 @@ def adopt(
     result = adopt_sequence(
         database,
         declared.sequence_config(),
-        documents=document._get_collection(),
+        documents=_compat.collection(document),
         field=declared.db_field,
         counter_id=counter_id,
         counters_collection=counters_collection,
@@ -231,7 +232,7 @@ def convert_builtin_row(
             return False
         seen = [value for value in (_as_int(entry.get("next")), floor()) if value is not None]
         last = max(seen) if seen else None
-        row = config.with_current(maintenance.first_value_after(config, last))
+        row = config.with_current(config.first_value_after(last))
         replaced = target.find_one_and_replace(
             {"_id": config.name, "next": entry["next"], "current": {"$exists": False}},
             row_document(row),

@@ -16,9 +16,11 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from autoseq.config import MAX_VALUE, SequenceConfig
+from autoseq.cli import add_setting_arguments, given_settings
+from autoseq.config import SequenceConfig
 from autoseq.errors import AutoseqError, InvalidSequenceConfig, StoreUnavailable
 
+_NEW_ROW_SETTINGS = ("start", "end", "step", "batch_count")
 HELP = "start a sequence after mongoengine's counter and the largest stored value"
 
 
@@ -33,9 +35,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--strings", action="store_true", help="values are stored as strings (scans)"
     )
     parser.add_argument("--dry-run", action="store_true", help="show what would change")
-    for option, default in (("--start", 1), ("--end", MAX_VALUE), ("--step", 1)):
-        parser.add_argument(option, type=int, default=default, help="for a new row")
-    parser.add_argument("--batch-count", type=int, default=100, help="for a new row")
+    notes = dict.fromkeys(_NEW_ROW_SETTINGS, "for a new row")
+    add_setting_arguments(parser, _NEW_ROW_SETTINGS, defaults=True, notes=notes)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -46,9 +47,7 @@ def run(args: argparse.Namespace) -> int:
     from autoseq.stores.mongo import validate_collection_name
     from autoseq_mongoengine.adoption import adopt_sequence, validate_field_name
 
-    config = SequenceConfig(
-        args.sequence, start=args.start, end=args.end, step=args.step, batch_count=args.batch_count
-    )
+    config = SequenceConfig(args.sequence, **given_settings(vars(args), _NEW_ROW_SETTINGS))
     documents = validate_collection_name(args.collection) if args.collection else None
     validate_field_name(args.field)
     validate_collection_name(args.counters_collection)

@@ -46,6 +46,7 @@ from autoseq.errors import (
 )
 from autoseq.lock import BufferPolicy, SequenceLock
 from autoseq.stores.mongo import MongoStore, validate_collection_name
+from autoseq_mongoengine import _compat
 from autoseq_mongoengine.registry import sequences
 
 
@@ -193,13 +194,15 @@ class SequenceField(BaseField):  # type: ignore[misc]
         from autoseq_mongoengine.adoption import max_stored_value
 
         document = self.owner_document
-        if document is None or not hasattr(document, "_get_collection"):
+        if document is None or not _compat.has_collection(document):
             return None  # an embedded document: its values live inside other documents
-        if document._meta.get("abstract"):
+        if _compat.is_abstract(document):
             return None
         try:
             return max_stored_value(
-                document._get_collection(), self.db_field, numeric_only=self.value_decorator is int
+                _compat.collection(document),
+                self.db_field,
+                numeric_only=self.value_decorator is int,
             )
         except PyMongoError as exc:
             raise StoreUnavailable(
@@ -216,8 +219,8 @@ class SequenceField(BaseField):  # type: ignore[misc]
         # _initialised), keeps None until save: a value is never taken on read.
         if (
             value is None
-            and getattr(instance, "_initialised", False)
-            and getattr(instance, "_created", True) is False
+            and _compat.is_initialised(instance)
+            and not _compat.is_new(instance)
             and isinstance(instance, Document)
         ):
             value = self._take_decorated()
@@ -331,9 +334,11 @@ def owner_base_name(owner: Any) -> str:
             "this SequenceField is not attached to a document; declare it on a Document "
             "or pass sequence_name='name'"
         )
-    if issubclass(owner, Document) and not owner._meta.get("abstract"):
-        return str(owner._get_collection_name())
-    return "".join(f"_{c}" if c.isupper() else c for c in owner._class_name).strip("_").lower()
+    if issubclass(owner, Document) and not _compat.is_abstract(owner):
+        return _compat.collection_name(owner)
+    return (
+        "".join(f"_{c}" if c.isupper() else c for c in _compat.class_name(owner)).strip("_").lower()
+    )
 
 
 _fields_of: weakref.WeakKeyDictionary[type, tuple[SequenceField, ...]] = weakref.WeakKeyDictionary()
@@ -343,18 +348,14 @@ def sequence_fields(document_class: type) -> tuple[SequenceField, ...]:
     """The autoseq sequence fields of a document class."""
     fields = _fields_of.get(document_class)
     if fields is None:
-        declared: dict[str, Any] = getattr(document_class, "_fields", {})
+        declared = _compat.declared_fields(document_class)
         fields = tuple(f for f in declared.values() if isinstance(f, SequenceField))
         _fields_of[document_class] = fields
     return fields
 
 
 def _assign(document: Any, field: SequenceField, value: Any) -> None:
-    # Not setattr: mongoengine takes a primary key set on a new document
-    # for "this document exists" and would save it as an update (an upsert
-    # of the changed fields) instead of an insert.
-    document._data[field.name] = value
-    document._mark_as_changed(field.name)
+    _compat.assign(document, field.name, value)
 
 
 def _fill_document(sender: Any, document: Any = None, **_kwargs: Any) -> bool:
@@ -367,11 +368,11 @@ def _fill_document(sender: Any, document: Any = None, **_kwargs: Any) -> bool:
     """
     if document is None:
         return False
-    new = getattr(document, "_created", True)
-    changed = () if new else getattr(document, "_changed_fields", ())
+    new = _compat.is_new(document)
+    changed = () if new else _compat.changed_fields(document)
     primary = False
     for field in sequence_fields(type(document)):
-        if document._data.get(field.name) is None and (new or field.name in changed):
+        if _compat.stored(document, field.name) is None and (new or field.name in changed):
             _assign(document, field, field._take_decorated())
             primary = primary or field.primary_key
     return primary
@@ -381,7 +382,7 @@ def _fill_bulk(sender: Any, documents: Iterable[Any] = (), **_kwargs: Any) -> No
     pending: dict[int, tuple[SequenceField, list[Any]]] = {}
     for document in documents:
         for field in sequence_fields(type(document)):
-            if document._data.get(field.name) is None:
+            if _compat.stored(document, field.name) is None:
                 pending.setdefault(id(field), (field, []))[1].append(document)
     for field, waiting in pending.values():
         for document, value in zip(waiting, field.generate_many(len(waiting)), strict=True):
@@ -408,7 +409,7 @@ def _save(document: Any, *args: Any, **kwargs: Any) -> Any:
         return _save_without_autoseq(document, *args, **kwargs)
     if _fill_document(None, document) and not args and "force_insert" not in kwargs:
         kwargs["force_insert"] = True
-    keep = frozenset(field for field in fields if document._data.get(field.name) is None)
+    keep = frozenset(field for field in fields if _compat.stored(document, field.name) is None)
     if not keep:
         return _save_without_autoseq(document, *args, **kwargs)
     token = _keeping.set(keep)

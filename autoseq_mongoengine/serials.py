@@ -27,6 +27,7 @@ from autoseq.config import validate_name
 from autoseq.serial import _Template
 from autoseq.stores import MemoryStore
 from autoseq.stores.mongo import validate_collection_name
+from autoseq_mongoengine import _compat
 from autoseq_mongoengine.fields import owner_base_name, refuse_gapless
 from autoseq_mongoengine.registry import sequences
 
@@ -85,7 +86,7 @@ class SerialField(StringField):  # type: ignore[misc]
 
     def serial(self) -> Serial:
         """The :class:`Serial` serving this field in this process."""
-        registry: SequenceRegistry = sequences._entry(self.db_alias, self.collection_name).registry
+        registry: SequenceRegistry = sequences.registry(self.db_alias, self.collection_name)
         found = self._serials.get(id(registry))
         if found is None or found.registry is not registry:
             with self._guard:
@@ -103,22 +104,21 @@ def serial_fields(document_class: type) -> tuple[SerialField, ...]:
     """The serial fields of a document class."""
     fields = _fields_of.get(document_class)
     if fields is None:
-        declared: dict[str, Any] = getattr(document_class, "_fields", {})
+        declared = _compat.declared_fields(document_class)
         fields = tuple(f for f in declared.values() if isinstance(f, SerialField))
         _fields_of[document_class] = fields
     return fields
 
 
 def _assign(document: Any, field: SerialField, value: str) -> None:
-    document._data[field.name] = value
-    document._mark_as_changed(field.name)
+    _compat.assign(document, field.name, value)
 
 
 def _fill_document(sender: Any, document: Any = None, **_kwargs: Any) -> None:
     if document is None:
         return
     for field in serial_fields(type(document)):
-        if not document._data.get(field.name):
+        if not _compat.stored(document, field.name):
             _assign(document, field, field.serial().next())
 
 
@@ -126,7 +126,7 @@ def _fill_bulk(sender: Any, documents: Iterable[Any] = (), **_kwargs: Any) -> No
     pending: dict[int, tuple[SerialField, list[Any]]] = {}
     for document in documents:
         for field in serial_fields(type(document)):
-            if not document._data.get(field.name):
+            if not _compat.stored(document, field.name):
                 pending.setdefault(id(field), (field, []))[1].append(document)
     for field, waiting in pending.values():
         values = field.serial().next_many(len(waiting))

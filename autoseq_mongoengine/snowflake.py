@@ -22,6 +22,7 @@ from mongoengine.connection import DEFAULT_CONNECTION_NAME
 
 from autoseq.snowflake import Snowflake
 from autoseq.stores.mongo import MongoStore, validate_collection_name
+from autoseq_mongoengine import _compat
 from autoseq_mongoengine.registry import sequences
 
 _generators: dict[tuple[int, str], Snowflake] = {}
@@ -100,24 +101,21 @@ def snowflake_fields(document_class: type) -> tuple[SnowflakeField, ...]:
     """The snowflake fields of a document class."""
     fields = _fields_of.get(document_class)
     if fields is None:
-        declared: dict[str, Any] = getattr(document_class, "_fields", {})
+        declared = _compat.declared_fields(document_class)
         fields = tuple(f for f in declared.values() if isinstance(f, SnowflakeField))
         _fields_of[document_class] = fields
     return fields
 
 
 def _assign(document: Any, field: SnowflakeField, value: int) -> None:
-    # Not setattr: a primary key set that way makes mongoengine save the new
-    # document as an update of an existing one.
-    document._data[field.name] = value
-    document._mark_as_changed(field.name)
+    _compat.assign(document, field.name, value)
 
 
 def _fill_document(sender: Any, document: Any = None, **_kwargs: Any) -> None:
     if document is None:
         return
     for field in snowflake_fields(type(document)):
-        if document._data.get(field.name) is None:
+        if _compat.stored(document, field.name) is None:
             _assign(document, field, field.generate())
 
 

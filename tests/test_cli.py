@@ -458,3 +458,20 @@ def test_mongodb_url_sets_and_syncs_past_a_collection(
         assert row.current == 200
     finally:
         client.close()
+
+
+def test_create_and_change_offer_every_setting_of_the_core() -> None:
+    """`create` has an option per setting of the core, `change` one per changeable setting."""
+    from autoseq.cli import build_parser
+    from autoseq.config import CHANGEABLE_SETTINGS, SETTINGS
+
+    parser = build_parser()
+    subparsers = next(a for a in parser._actions if a.dest == "command").choices
+    assert subparsers is not None
+
+    def options(command: str) -> set[str]:
+        return {o for a in subparsers[command]._actions for o in a.option_strings}
+
+    assert {s.option for s in SETTINGS} <= options("create")
+    assert {"--" + n.replace("_", "-") for n in CHANGEABLE_SETTINGS} <= options("change")
+    assert "--start" not in options("change")

@@ -121,6 +121,104 @@ def test_stored_flags_may_be_booleans_or_zero_and_one() -> None:
     assert (parsed.batch, parsed.cycle, parsed.version) == (False, True, 0)
 
 
+@pytest.mark.parametrize(
+    ("row", "left"),
+    [
+        ({"start": 1, "end": 10}, 10),
+        ({"start": 1, "end": 10, "current": 10}, 1),
+        ({"start": 1, "end": 10, "current": 11}, 0),
+        ({"start": 0, "end": 10, "step": 3, "current": 9}, 1),  # 9; 12 is past end
+        ({"start": 0, "end": 10, "step": 3, "current": 12}, 0),
+        ({"start": 5, "end": 5}, 1),
+        ({"start": 1, "end": 10, "current": 11, "cycle": True}, 0),
+        ({"start": MAX_VALUE - 2, "current": MAX_VALUE - 1}, 1),  # 2**63 - 1 is never handed
+    ],
+)
+def test_values_left_counts_the_unreserved_values_up_to_end(
+    row: dict[str, object], left: int
+) -> None:
+    """values_left is 0 on an exhausted row, 1 on its last value, never negative."""
+    config = SequenceConfig.from_row(
+        {"name": "s", "end": MAX_VALUE, "step": 1, "batch": True, "batch_count": 10}
+        | {"cycle": False, "current": row.get("start", 1)}
+        | row
+    )
+    assert config.values_left == left
+
+
+def test_range_size_counts_every_value_of_the_series() -> None:
+    """range_size counts start, start + step, ... up to the last value."""
+    assert SequenceConfig("s", start=0, end=10, step=3).range_size == 4  # 0 3 6 9
+    assert SequenceConfig("s", start=7, end=7).range_size == 1
+
+
+@pytest.mark.parametrize(
+    ("value", "after", "from_"),
+    [
+        (None, 10, None),
+        (-100, 10, 10),  # below start
+        (9, 10, 10),
+        (10, 15, 10),  # on the series: after is the next, from is itself
+        (11, 15, 15),
+        (14, 15, 15),
+        (30, 35, 30),  # at end: after lies past the last value (an exhausted current)
+    ],
+)
+def test_first_value_after_and_from_stay_on_the_series(
+    value: int | None, after: int, from_: int | None
+) -> None:
+    """first_value_after(v) > v and first_value_from(v) >= v, both start + k * step."""
+    config = SequenceConfig("s", start=10, end=30, step=5)
+    assert config.first_value_after(value) == after
+    if value is not None:
+        assert config.first_value_from(value) == from_
+
+
+def test_first_value_after_near_the_top_of_the_range() -> None:
+    """Past the last value the answer is one step beyond it, as an exhausted row stores."""
+    config = SequenceConfig("s", start=MAX_VALUE - 10, step=4)
+    assert config.last_value == MAX_VALUE - 6
+    assert config.first_value_after(config.last_value) == MAX_VALUE - 2
+    assert config.with_current(config.first_value_after(config.last_value)).exhausted
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "setting", "rule"),
+    [
+        ({"step": 0}, "step", "minimum"),
+        ({"batch_count": 0}, "batch_count", "minimum"),
+        ({"start": 10, "end": 5}, "start", "order"),
+        ({"end": 2**64}, "end", "size"),
+        ({"cycle": 1}, "cycle", "type"),
+        ({"start": MAX_VALUE}, "start", "room"),
+        ({"start": 1, "end": 10, "current": 11}, "current", "range"),
+        ({"step": 2, "current": 4}, "current", "grid"),
+    ],
+)
+def test_a_refusal_names_the_setting_and_the_rule(
+    kwargs: dict[str, object], setting: str, rule: str
+) -> None:
+    """InvalidSequenceConfig.setting/rule say what failed, for integrations to map to codes."""
+    with pytest.raises(InvalidSequenceConfig) as refused:
+        SequenceConfig("s", **kwargs)  # type: ignore[arg-type]
+    assert (refused.value.setting, refused.value.rule) == (setting, rule)
+
+
+def test_the_settings_table_is_the_config_defaults() -> None:
+    """SETTINGS declares every setting of SequenceConfig, with the defaults it applies."""
+    from autoseq.config import SETTINGS
+
+    config = SequenceConfig("s")
+    assert {s.name: s.default for s in SETTINGS} == {
+        "start": config.start,
+        "end": config.end,
+        "step": config.step,
+        "batch": config.batch,
+        "batch_count": config.batch_count,
+        "cycle": config.cycle,
+    }
+
+
 def test_gapless_is_declared_on_the_config_and_kept_out_of_the_row() -> None:
     """SequenceConfig(gapless=True) is validated like the other flags and never stored."""
     from autoseq import GaplessUnavailable, SequenceRegistry, Serial

@@ -214,3 +214,16 @@ def test_mongo_code_is_imported_only_when_used() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert result.stdout.strip() == "[]"
+
+
+def test_a_refused_url_leaves_no_client_open() -> None:
+    """A URL naming no database is refused without leaving a MongoClient for the GC."""
+    import gc
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        with pytest.raises(InvalidSequenceConfig, match="database"):
+            MongoStore("mongodb://127.0.0.1:1")
+        gc.collect()
+    assert [str(w.message)[:40] for w in caught if w.category is ResourceWarning] == []

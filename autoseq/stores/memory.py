@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import threading
-from datetime import UTC, datetime
 from typing import Any
 
-from autoseq.config import SequenceConfig, validate_name
+from autoseq.config import SequenceConfig, utc_now, validate_name
 from autoseq.errors import SequenceNotFound
 from autoseq.stores.base import Block, check_count, plan_reservation
 
@@ -23,7 +22,7 @@ class MemoryStore:
         with self._lock:
             row = self._rows.get(config.name)
             if row is None:
-                row = config.with_current(config.next_value, _now()).replace_version(0)
+                row = config.with_current(config.next_value, utc_now()).replace_version(0)
                 self._rows[config.name] = row
             return row
 
@@ -46,7 +45,7 @@ class MemoryStore:
             if config.name not in self._rows:
                 raise SequenceNotFound(config.name)
             old = self._rows[config.name]
-            row = config.with_current(config.next_value, _now()).replace_version(old.version + 1)
+            row = config.with_current(config.next_value, utc_now()).replace_version(old.version + 1)
             self._rows[config.name] = row
             return row
 
@@ -72,7 +71,7 @@ class MemoryStore:
                 raise SequenceNotFound(row.name)
             if stored.version != version:
                 return None
-            written = row.with_current(row.next_value, _now()).replace_version(version + 1)
+            written = row.with_current(row.next_value, utc_now()).replace_version(version + 1)
             self._rows[row.name] = written
             return written
 
@@ -81,7 +80,3 @@ class MemoryStore:
 
     def close(self) -> None:
         """Nothing to release."""
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)

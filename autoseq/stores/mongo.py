@@ -31,7 +31,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
+from datetime import UTC
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import pymongo
@@ -42,7 +42,7 @@ from pymongo.errors import ConfigurationError, DuplicateKeyError, PyMongoError
 from pymongo.read_preferences import ReadPreference
 from pymongo.write_concern import WriteConcern
 
-from autoseq.config import SequenceConfig, validate_name
+from autoseq.config import SequenceConfig, utc_now, validate_name
 from autoseq.errors import (
     InvalidSequenceConfig,
     ReservationConflict,
@@ -137,6 +137,8 @@ class MongoStore:
             try:
                 database = self._client.get_default_database().name
             except ConfigurationError:
+                if self._owns_client:
+                    self._client.close()  # or the GC closes it, with a ResourceWarning
                 raise InvalidSequenceConfig(
                     "MongoStore needs a database: name it in the URL "
                     "(mongodb://host:27017/mydb) or pass database='mydb'"
@@ -366,7 +368,7 @@ class MongoStore:
                     guard,
                     {
                         "$inc": {"current": count * row.step, "version": 1},
-                        "$set": {"updated_at": _now(), "reserved_by": token},
+                        "$set": {"updated_at": utc_now(), "reserved_by": token},
                     },
                     return_document=ReturnDocument.AFTER,
                 ),
@@ -415,7 +417,7 @@ class MongoStore:
             name,
             lambda: self.collection.find_one_and_update(
                 guard,
-                {"$set": {"current": new_current, "updated_at": _now()}, "$inc": {"version": 1}},
+                {"$set": {"current": new_current, "updated_at": utc_now()}, "$inc": {"version": 1}},
                 return_document=ReturnDocument.AFTER,
             ),
         )
@@ -435,7 +437,7 @@ class MongoStore:
                 {
                     "$set": {
                         "current": block.first,
-                        "updated_at": _now(),
+                        "updated_at": utc_now(),
                         "version": block.version + 1,
                     }
                 },
@@ -521,7 +523,7 @@ def _is_client(source: object) -> bool:
 
 def _document(config: SequenceConfig) -> dict[str, Any]:
     row = config.as_row()
-    return {"_id": row.pop("name"), **row, "updated_at": _now()}
+    return {"_id": row.pop("name"), **row, "updated_at": utc_now()}
 
 
 def _version_is(stored: Mapping[str, Any]) -> dict[str, Any]:
@@ -534,10 +536,6 @@ def _version_is(stored: Mapping[str, Any]) -> dict[str, Any]:
 
 def _config(stored: Mapping[str, Any]) -> SequenceConfig:
     return SequenceConfig.from_row({**stored, "name": stored["_id"]})
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
 
 
 def row_document(config: SequenceConfig) -> dict[str, Any]:

@@ -42,7 +42,7 @@ import re
 import threading
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
@@ -50,7 +50,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from autoseq.config import SequenceConfig, validate_name
+from autoseq.config import SequenceConfig, utc_now, validate_name
 from autoseq.errors import (
     InvalidSequenceConfig,
     InvalidStoredRow,
@@ -449,9 +449,14 @@ class RedisStore:
             args: list[bytes | str | int] = [*raw_settings]
             if config is not None:
                 span = min((count - 1) * config.step, _SPAN_CAP)
-                args += [config.last_value, span, "1" if config.cycle else "0", _now()]
+                args += [
+                    config.last_value,
+                    span,
+                    "1" if config.cycle else "0",
+                    utc_now().isoformat(),
+                ]
             else:  # nothing known yet: the script hands the row back
-                args += [0, 0, "0", _now()]
+                args += [0, 0, "0", utc_now().isoformat()]
             with self._errors("reserve", f"reserving from sequence {name!r}", name):
                 reply = self._reserve(keys=[key], args=args, client=self.client)
             status = _bytes(reply[0])
@@ -510,7 +515,7 @@ class RedisStore:
                     block.version,
                     block.last + block.step,
                     block.first,
-                    _now(),
+                    utc_now().isoformat(),
                     block.version + 1,
                 ],
                 client=self.client,
@@ -631,7 +636,7 @@ def _row_args(config: SequenceConfig) -> list[str | int]:
     for field in ("start", "end", "step", "current", "batch", "batch_count", "cycle"):
         value = row[field]
         args += [field, int(value)]
-    return [*args, "updated_at", _now()]
+    return [*args, "updated_at", utc_now().isoformat()]
 
 
 def _bytes(value: Any) -> bytes:
@@ -643,7 +648,3 @@ def _pairs(raw: Any) -> dict[bytes, bytes]:
     """An HGETALL reply (a mapping, or a flat list from a script) with bytes keys and values."""
     items = raw.items() if isinstance(raw, Mapping) else zip(raw[::2], raw[1::2], strict=True)
     return {_bytes(key): _bytes(value) for key, value in items}
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat()

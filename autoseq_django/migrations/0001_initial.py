@@ -14,14 +14,14 @@ from django.db import migrations, models
 def create_table_if_missing(apps: Any, schema_editor: Any) -> None:
     model = apps.get_model("autoseq", "SysSequence")
     connection = schema_editor.connection
-    from autoseq_django.sqlite import companion_path
+    from autoseq_django.sqlite import has_companion
 
     companion = connection.vendor == "sqlite" and str(
         connection.settings_dict.get("NAME") or ""
     ).endswith(".autoseq")
     # A SQLite file's sequences live in its companion, which Django's
     # connections attach: a table here would only hide it.
-    if not companion and companion_path(connection) is None:
+    if not companion and not has_companion(connection):
         with connection.cursor() as cursor:
             existing = {name.lower() for name in connection.introspection.table_names(cursor)}
         if model._meta.db_table.lower() not in existing:

@@ -16,7 +16,21 @@ from django.db import migrations, models
 def add_version_column(apps: Any, schema_editor: Any) -> None:
     from autoseq_django import sequences
 
-    sequences.store(schema_editor.connection.alias).create_table()
+    connection = schema_editor.connection
+    sequences.store(connection.alias).create_table()
+    if connection.vendor == "sqlite":
+        # An in-memory database whose connections cannot attach their store
+        # (BEGIN IMMEDIATE) keeps the empty table of 0001: give it the column
+        # too, so SysSequence queries read it instead of failing.
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT name FROM main.sqlite_master WHERE type = 'table'")
+            if "sys_sequence" not in {row[0] for row in cursor.fetchall()}:
+                return
+            cursor.execute("PRAGMA main.table_info(sys_sequence)")
+            if "version" in {row[1] for row in cursor.fetchall()}:
+                return
+        model = apps.get_model("autoseq", "SysSequence")
+        schema_editor.add_field(model, model._meta.get_field("version"))
 
 
 class Migration(migrations.Migration):

@@ -15,10 +15,10 @@ from django.db import migrations
 
 
 def drop_unused_main_table(apps: Any, schema_editor: Any) -> None:
-    from autoseq_django.sqlite import companion_path
+    from autoseq_django.sqlite import has_companion
 
     connection = schema_editor.connection
-    if companion_path(connection) is None:
+    if not has_companion(connection):
         return
     with connection.cursor() as cursor:
         if "sys_sequence" not in connection.introspection.table_names(cursor):

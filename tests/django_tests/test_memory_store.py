@@ -43,7 +43,9 @@ def hammer(store: SQLStore) -> tuple[list[str], list[int]]:
 def test_django_in_memory_store_serves_threads() -> None:
     """The store behind the in-memory test database survives concurrent threads."""
     sql_store = sequences.store("default")
-    assert sql_store.url.database is None  # private, in memory
+    # In memory, shared-cache, named after the test database (its connections attach it).
+    assert sql_store.url.query["mode"] == "memory"
+    assert sql_store.url.database == "file:memorydb_default.autoseq"
     errors, values = hammer(sql_store)
     assert errors == []
     assert len(values) == len(set(values)) == (4 * 75 + 75) * 3  # odd i, and all of "a"

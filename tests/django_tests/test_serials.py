@@ -212,16 +212,6 @@ def test_a_settings_change_is_seen_by_the_next_gapless_take(backend: str) -> Non
         Receipt.objects.using(backend).create()
 
 
-def test_preload_leaves_gapless_fields_alone(backend: str) -> None:
-    """preload() registers block-served sequences only: a gapless field's row is taken in the
-    caller's transaction, and a registry refuses to serve it blocks."""
-    import autoseq_django
-
-    names = autoseq_django.preload(using=backend)
-    assert "testapp_order" in names
-    assert "testapp_voucher" not in names
-
-
 @pytest.mark.autoseq_transaction
 def test_an_explicit_key_on_a_gapless_field_leaves_the_row_alone(backend: str) -> None:
     """A key the user sets on a gapless SequenceField is kept; no block is reserved on the

@@ -7,6 +7,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -110,9 +111,45 @@ FRESH_SCRIPT = """
 """
 
 
-def test_a_fresh_sqlite_project_is_quiet(tmp_path: Path) -> None:
-    """startproject-like settings on SQLite: check, migrate, test, shell with no warning."""
-    (tmp_path / "settings.py").write_text(textwrap.dedent(FRESH_SETTINGS))
+FRESH_TESTS = """
+    from django.contrib.auth.models import User
+    from django.test import TestCase
+
+    from autoseq_django.models import SysSequence
+    from shop.models import Item
+
+
+    class ItemTests(TestCase):
+        def test_keys(self):
+            first, second = Item.objects.create(), Item.objects.create()
+            self.assertEqual(second.pk, first.pk + 1)
+
+        def test_admin_lists_the_sequences(self):
+            Item.objects.create()
+            self.assertTrue(SysSequence.objects.filter(name="shop_item").exists())
+            self.client.force_login(User.objects.create_superuser("a", "a@example.com", "pw"))
+            page = self.client.get("/admin/autoseq/syssequence/").content.decode()
+            self.assertIn("shop_item", page)
+"""
+
+FRESH_PYTEST = """
+    import pytest
+    from django.contrib.auth.models import User
+
+    from shop.models import Item
+
+
+    @pytest.mark.django_db
+    def test_admin_lists_the_sequences(client):
+        Item.objects.create()
+        client.force_login(User.objects.create_superuser("a", "a@example.com", "pw"))
+        assert "shop_item" in client.get("/admin/autoseq/syssequence/").content.decode()
+"""
+
+
+def fresh_project(tmp_path: Path, settings: str = "") -> Callable[..., str]:
+    """Write a startproject-like SQLite project; returns a runner of Python in it."""
+    (tmp_path / "settings.py").write_text(textwrap.dedent(FRESH_SETTINGS) + settings)
     (tmp_path / "urls.py").write_text(
         "from django.contrib import admin\nfrom django.urls import path\n"
         "urlpatterns = [path('admin/', admin.site.urls)]\n"
@@ -125,19 +162,14 @@ def test_a_fresh_sqlite_project_is_quiet(tmp_path: Path) -> None:
         "from django.db import models\n\n\nclass Item(models.Model):\n"
         "    name = models.CharField(max_length=20)\n"
     )
-    (shop / "tests.py").write_text(
-        "from django.test import TestCase\n\nfrom shop.models import Item\n\n\n"
-        "class ItemTests(TestCase):\n"
-        "    def test_keys(self):\n"
-        "        first, second = Item.objects.create(), Item.objects.create()\n"
-        "        self.assertEqual(second.pk, first.pk + 1)\n"
-    )
+    (shop / "tests.py").write_text(textwrap.dedent(FRESH_TESTS))
+    (tmp_path / "test_shop_pytest.py").write_text(textwrap.dedent(FRESH_PYTEST))
     env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
     env.update(DJANGO_SETTINGS_MODULE="settings", PYTHONPATH=f"{tmp_path}{os.pathsep}{ROOT}")
 
-    def django(*args: str) -> str:
+    def run(*args: str) -> str:
         done = subprocess.run(
-            [sys.executable, "-m", "django", *args],
+            [sys.executable, *args],
             cwd=tmp_path,
             env=env,
             capture_output=True,
@@ -148,12 +180,26 @@ def test_a_fresh_sqlite_project_is_quiet(tmp_path: Path) -> None:
         assert done.returncode == 0, done.stdout + done.stderr
         return done.stdout + done.stderr
 
+    return run
+
+
+def test_a_fresh_sqlite_project_is_quiet(tmp_path: Path) -> None:
+    """startproject-like settings on SQLite: check, migrate, test, pytest, shell, no warning.
+
+    Both test runners use an in-memory database, whose admin lists the sequences.
+    """
+    run = fresh_project(tmp_path)
+
+    def django(*args: str) -> str:
+        return run("-m", "django", *args)
+
     outputs = [
         django("check"),
         django("makemigrations", "shop"),
         django("migrate"),
         django("check", "--database", "default"),
         django("test", "shop"),
+        run("-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "error", "test_shop_pytest.py"),
         django("shell", "-c", textwrap.dedent(FRESH_SCRIPT)),
     ]
     assert not [line for out in outputs for line in out.splitlines() if "autoseq.W" in line]
@@ -164,3 +210,29 @@ def test_a_fresh_sqlite_project_is_quiet(tmp_path: Path) -> None:
         tables = {row[0] for row in main.execute("SELECT name FROM sqlite_master")}
     assert "sys_sequence" not in tables
     assert (tmp_path / "db.sqlite3.autoseq").exists()
+
+
+IMMEDIATE_TESTS = """
+    from django.test import TestCase
+
+    from autoseq_django.models import SysSequence
+    from shop.models import Item
+
+
+    class ItemTests(TestCase):
+        def test_keys_and_an_empty_sequence_list(self):
+            first, second = Item.objects.create(), Item.objects.create()
+            self.assertEqual(second.pk, first.pk + 1)
+            # Not attached under BEGIN IMMEDIATE: an empty table, not an error.
+            self.assertEqual(list(SysSequence.objects.all()), [])
+"""
+
+
+def test_an_in_memory_immediate_database_works_without_the_list(tmp_path: Path) -> None:
+    """transaction_mode IMMEDIATE on the in-memory test database: inserts work, no crash."""
+    run = fresh_project(
+        tmp_path, 'DATABASES["default"]["OPTIONS"] = {"transaction_mode": "IMMEDIATE"}\n'
+    )
+    (tmp_path / "shop" / "tests.py").write_text(textwrap.dedent(IMMEDIATE_TESTS))
+    run("-m", "django", "makemigrations", "shop")
+    assert "OK" in run("-m", "django", "test", "shop")

@@ -26,11 +26,17 @@ TALLIES: list[dict[str, Any]] = []
 
 @dataclass
 class Worker:
-    """One worker process; its stdout lines arrive on ``lines``."""
+    """One worker process; its stdout lines arrive on ``lines``.
+
+    Both pipes are read to their end on threads and closed there, so no
+    pipe is left for the GC to close (a ResourceWarning fails the suite).
+    """
 
     process: subprocess.Popen[bytes]
     out: str
     lines: queue.Queue[str] = field(default_factory=queue.Queue)
+    errors: list[bytes] = field(default_factory=list)
+    errors_read: threading.Event = field(default_factory=threading.Event)
 
     def wait_for(self, word: str, timeout: float, *, fresh: bool = True) -> bool:
         """True once the worker prints a line starting with ``word`` (within ``timeout``).
@@ -55,8 +61,9 @@ class Worker:
         self.process.wait(timeout=30)
 
     def stderr(self) -> str:
-        assert self.process.stderr is not None
-        return self.process.stderr.read().decode(errors="replace")
+        """Everything the worker wrote to stderr (waits for it to close the pipe)."""
+        self.errors_read.wait(60)
+        return b"".join(self.errors).decode(errors="replace")
 
 
 def spawn(job: dict[str, Any], script: Path = WORKER) -> Worker:
@@ -74,10 +81,20 @@ def spawn(job: dict[str, Any], script: Path = WORKER) -> Worker:
 
     def read() -> None:
         assert process.stdout is not None
-        for raw in process.stdout:
-            worker.lines.put(raw.decode().strip())
+        with process.stdout:
+            for raw in process.stdout:
+                worker.lines.put(raw.decode().strip())
+
+    def read_errors() -> None:
+        assert process.stderr is not None
+        try:
+            with process.stderr:
+                worker.errors.append(process.stderr.read())
+        finally:
+            worker.errors_read.set()
 
     threading.Thread(target=read, daemon=True).start()
+    threading.Thread(target=read_errors, daemon=True).start()
     return worker
 
 

@@ -9,7 +9,8 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DEFAULT_DB_ALIAS
 
-from autoseq import AutoseqError, SequenceConfig
+from autoseq import AutoseqError
+from autoseq.cli import add_setting_arguments, given_settings
 from autoseq_django import conf, maintenance, sequences
 
 _HELP_DATABASE = (
@@ -32,12 +33,8 @@ class Command(BaseCommand):
         action("list", "Show every sequence: current, end, values left, the columns using it.")
         create = action("create", "Create a sequence row (it must not exist yet).")
         create.add_argument("name")
-        create.add_argument("--start", type=int)
-        create.add_argument("--end", type=int)
-        create.add_argument("--step", type=int)
-        create.add_argument("--batch", action=argparse.BooleanOptionalAction, default=None)
-        create.add_argument("--batch-count", type=int)
-        create.add_argument("--cycle", action=argparse.BooleanOptionalAction, default=None)
+        # Unset options come from AUTOSEQ["DEFAULTS"], then from the core's defaults.
+        add_setting_arguments(create, defaults=False)
         move = action(
             "set",
             "Set current (the next value to reserve): forward only, never at or below "
@@ -100,7 +97,7 @@ class Command(BaseCommand):
         header = ("NAME", "CURRENT", "END", "STEP", "BATCH", "CYCLE", "LEFT", "USED BY")
         lines = [header]
         for row in rows:
-            left = "cycles" if row.cycle else f"{_values_left(row):,}"
+            left = "cycles" if row.cycle else f"{row.values_left:,}"
             used = ", ".join(f"{f.model._meta.label}.{f.name}" for f in maintenance.users(row.name))
             lines.append(
                 (
@@ -121,12 +118,7 @@ class Command(BaseCommand):
             )
 
     def _create(self, sequence_alias: str, **options: Any) -> None:
-        given = {
-            key: options[key]
-            for key in ("start", "end", "step", "batch", "batch_count", "cycle")
-            if options[key] is not None
-        }
-        config = conf.get().sequence_config(options["name"], **given)
+        config = conf.get().sequence_config(options["name"], **given_settings(options))
         store = sequences.store(sequence_alias)
         if store.read(config.name) is not None:
             raise CommandError(
@@ -183,9 +175,3 @@ class Command(BaseCommand):
                 for key, (old, new) in result.changed.items()
             )
             self.stdout.write(f"{result.name!r} ({', '.join(result.columns)}): {changed}")
-
-
-def _values_left(row: SequenceConfig) -> int:
-    if row.next_value > row.last_value:
-        return 0
-    return (row.last_value - row.next_value) // row.step + 1

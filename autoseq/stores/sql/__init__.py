@@ -1,0 +1,481 @@
+"""``SQLStore``: ``sys_sequence`` on SQLAlchemy Core (SQLite, PostgreSQL, MariaDB/MySQL).
+
+A reservation is one short transaction on the store's own engine: lock the
+row (``SELECT ... FOR UPDATE``; ``BEGIN IMMEDIATE`` on SQLite), compute the
+block, ``UPDATE ... WHERE current = <read value>`` and commit, all before a
+value is handed out. The ``current`` guard makes it a compare-and-set too,
+so a database that ignores ``FOR UPDATE`` still cannot hand out a range twice.
+
+SQLite allows one writer per database file. If ``sys_sequence`` lived in the
+application's file, a reservation needed while the application's own
+transaction holds the write lock would wait for that transaction, which waits
+for the value: a deadlock. So on SQLite the table lives in a companion file,
+``<database>.autoseq`` beside it (``ATTACH`` it to query it), and an
+in-memory database gets a private in-memory one.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+import weakref
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine, RowMapping, make_url
+from sqlalchemy.engine.url import URL
+from sqlalchemy.exc import DBAPIError, IntegrityError, NoSuchTableError, SQLAlchemyError
+
+from autoseq import _hooks
+from autoseq.config import SequenceConfig, utc_now, validate_name
+from autoseq.errors import (
+    InvalidSequenceConfig,
+    ReservationConflict,
+    SequenceNotFound,
+    StoreUnavailable,
+)
+from autoseq.stores._errors import translating, unavailable
+from autoseq.stores.base import Block, check_count, plan_reservation, reset_after_fork
+from autoseq.stores.sql._engine import _enable_wal as _enable_wal
+from autoseq.stores.sql._engine import make_engine, needs_watchdog
+from autoseq.stores.sql._forkgate import _ForkGate as _ForkGate
+from autoseq.stores.sql._statements import _TABLE_NAME as _TABLE_NAME
+from autoseq.stores.sql._statements import (
+    _Conflict,
+    _one_statement_reservation,
+    _retryable,
+    missing_table,
+    sequence_table,
+    validate_table_name,
+)
+from autoseq.stores.sql._urls import (
+    DRIVER_EXTRAS,
+    SIDECAR_SUFFIX,
+    SYNC_DRIVERS,
+    MissingDriver,
+    check_driver,
+    store_url,
+)
+from autoseq.stores.sql._watchdog import SocketWatch
+from autoseq.stores.sql._watchdog import _Watchdog as _Watchdog
+
+__all__ = [
+    "DRIVER_EXTRAS",
+    "SIDECAR_SUFFIX",
+    "SYNC_DRIVERS",
+    "MissingDriver",
+    "SQLStore",
+    "check_driver",
+    "sequence_table",
+    "store_url",
+    "validate_table_name",
+]
+
+_now = utc_now  # importable from here as before the split
+
+log = logging.getLogger("autoseq")
+
+
+class SQLStore:
+    """A :class:`~autoseq.stores.SequenceStore` on any SQLAlchemy Core database.
+
+    ``engine_or_url`` names the application's database; the store opens its
+    own small engine on it, so a reservation never uses (or waits for) one of
+    the application's connections or transactions. ``max_retries`` bounds
+    conflict and deadlock retries; ``connect_timeout`` (seconds) bounds how
+    long an unreachable server may take to fail; ``statement_timeout``
+    (seconds) bounds how long a server that stopped answering on an open
+    connection can hold an operation, and how long a reservation retries;
+    half of it bounds each wait for a row another transaction holds locked.
+    """
+
+    def __init__(
+        self,
+        engine_or_url: Engine | URL | str,
+        table: str = "sys_sequence",
+        *,
+        max_retries: int = 30,
+        connect_timeout: float = 5.0,
+        sqlite_timeout: float = 30.0,
+        statement_timeout: float = 10.0,
+    ) -> None:
+        self.table_name = validate_table_name(table)
+        engine_or_url = getattr(engine_or_url, "sync_engine", engine_or_url)  # an AsyncEngine
+        if isinstance(engine_or_url, Engine):
+            app_url = engine_or_url.url
+        elif isinstance(engine_or_url, (str, URL)):
+            app_url = make_url(engine_or_url)
+        else:
+            raise InvalidSequenceConfig(
+                f"SQLStore needs an Engine or a database URL, got {type(engine_or_url).__name__}"
+            )
+        self.app_url = app_url
+        self.url, private_memory = store_url(app_url)
+        check_driver(app_url)
+        self.max_retries = max_retries
+        self.statement_timeout = statement_timeout
+        self.reservations = 0
+        self.table = sequence_table(self.table_name)
+        self.dialect = self.url.get_backend_name()
+        self._table_ready = False
+        self._version_ready = False
+        # No client-side read timeout in libpq: see _deadline().
+        self._watch = SocketWatch(statement_timeout) if needs_watchdog(self.url) else None
+        self._gate = _ForkGate(sqlite_timeout + 1.0)
+        if self.dialect == "sqlite" and not private_memory:
+            _gated.add(self)
+        self.engine = make_engine(
+            self.url,
+            private_memory=private_memory,
+            connect_timeout=connect_timeout,
+            sqlite_timeout=sqlite_timeout,
+            statement_timeout=statement_timeout,
+            watch=self._watch,
+        )
+        self._one_statement = _one_statement_reservation(self.table, self.engine)
+        reset_after_fork(self)
+
+    # engine ---------------------------------------------------------------
+
+    def _deadline(self) -> AbstractContextManager[None]:
+        """Bound the operation inside to ``statement_timeout`` where the driver cannot."""
+        return nullcontext() if self._watch is None else self._watch.deadline()
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Connection]:
+        with self._gate.passage(), self._deadline(), self.engine.begin() as connection:
+            yield connection
+
+    @contextmanager
+    def _connection(self) -> Iterator[Connection]:
+        with self._gate.passage(), self._deadline(), self.engine.connect() as connection:
+            yield connection
+
+    def _translate(
+        self, exc: BaseException, operation: str, what: str, name: str | None
+    ) -> StoreUnavailable:
+        stalled = (
+            f" (no answer within statement_timeout={self.statement_timeout}s)"
+            if getattr(exc, "autoseq_stalled", False)
+            else ""
+        )
+        target = self.url.render_as_string(hide_password=True)
+        return unavailable(
+            exc, operation=operation, what=what, where=f"on {target}", name=name, note=stalled
+        )
+
+    def _errors(
+        self,
+        operation: str,
+        what: str,
+        name: str | None = None,
+        catch: type[BaseException] | tuple[type[BaseException], ...] = DBAPIError,
+    ) -> AbstractContextManager[None]:
+        """Turn a driver error raised inside into ``StoreUnavailable`` saying ``what`` failed."""
+        return translating(catch, self._translate, operation, what, name)
+
+    # table ----------------------------------------------------------------
+
+    def create_table(self) -> None:
+        """Create ``sys_sequence`` unless it exists, or add ``version`` to an older one.
+
+        Safe when processes race.
+        """
+        try:
+            with self._gate.passage(), self._deadline():
+                self.table.create(self.engine, checkfirst=True)
+        except SQLAlchemyError as exc:
+            try:
+                with self._deadline():
+                    exists = sa.inspect(self.engine).has_table(self.table_name)
+            except SQLAlchemyError:
+                exists = False
+            if not exists:
+                raise self._translate(
+                    exc, "create_table", "creating the sequence table", None
+                ) from exc
+        self._table_ready = True
+        self._version_ready = False  # look again: a migration may have just dropped it
+        self._ensure_version_column()
+
+    def drop_table(self) -> None:
+        """Drop ``sys_sequence`` (tests, ``autoseq`` maintenance)."""
+        self.table.drop(self.engine, checkfirst=True)
+        self._table_ready = False
+
+    def _ensure_table(self) -> None:
+        if not self._table_ready:
+            self.create_table()
+
+    def _ensure_version_column(self) -> None:
+        """Add ``version`` to a table made before it existed (once per store)."""
+        if self._version_ready:
+            return
+        with self._errors("upgrade_table", "upgrading the sequence table", catch=SQLAlchemyError):
+            with self._deadline():
+                inspector = sa.inspect(self.engine)
+                if not inspector.has_table(self.table_name):
+                    return
+                columns = {column["name"] for column in inspector.get_columns(self.table_name)}
+            if "version" not in columns:
+                quoted = self.engine.dialect.identifier_preparer.quote(self.table_name)
+                try:
+                    with self._transaction() as connection:
+                        connection.exec_driver_sql(
+                            f"ALTER TABLE {quoted} ADD COLUMN version BIGINT NOT NULL DEFAULT 0"
+                        )
+                    log.info("added the version column to %s", self.table_name)
+                except DBAPIError:
+                    # Another process added it first; anything else shows up
+                    # as a missing column on the next statement.
+                    with self._deadline():
+                        columns = {
+                            c["name"] for c in sa.inspect(self.engine).get_columns(self.table_name)
+                        }
+                    if "version" not in columns:
+                        raise
+        self._version_ready = True
+
+    # rows -----------------------------------------------------------------
+
+    def create(self, config: SequenceConfig) -> SequenceConfig:
+        self._ensure_table()
+        row = config.as_row() | {"updated_at": utc_now(), "version": 0}
+        with self._errors("create", f"creating sequence {config.name!r}", config.name):
+            try:
+                with self._transaction() as connection:
+                    connection.execute(sa.insert(self.table).values(row))
+            except IntegrityError:
+                pass  # another process created it first: the stored row wins
+        stored = self.read(config.name)
+        if stored is None:  # pragma: no cover - deleted between insert and read
+            raise SequenceNotFound(config.name, "it was deleted while being created")
+        return stored
+
+    def read(self, name: str) -> SequenceConfig | None:
+        row = self.read_raw(name)
+        return None if row is None else SequenceConfig.from_row(row)
+
+    def read_raw(self, name: str) -> dict[str, Any] | None:
+        """The stored row as the driver returns it, unvalidated (for repairs)."""
+        validate_name(name)
+        statement = sa.select(self.table).where(self.table.c.name == name)
+        rows = self._select(statement, f"reading sequence {name!r}", name)
+        return dict(rows[0]) if rows else None
+
+    def read_all(self) -> list[SequenceConfig]:
+        statement = sa.select(self.table).order_by(self.table.c.name)
+        return [
+            SequenceConfig.from_row(row) for row in self._select(statement, "reading sequences")
+        ]
+
+    def _select(
+        self, statement: sa.Select[Any], what: str, name: str | None = None
+    ) -> Sequence[RowMapping]:
+        """The rows ``statement`` reads; none while the table does not exist yet."""
+        self._ensure_version_column()
+        try:
+            with self._connection() as connection:
+                return connection.execute(statement).mappings().all()
+        except (NoSuchTableError, DBAPIError) as exc:
+            if self._missing_table(exc):
+                return []
+            raise self._translate(exc, "read", what, name) from exc
+
+    def update(self, config: SequenceConfig) -> SequenceConfig:
+        self._ensure_version_column()
+        row = config.as_row() | {"updated_at": utc_now(), "version": self.table.c.version + 1}
+        del row["name"]
+        with (
+            self._errors("update", f"updating sequence {config.name!r}", config.name),
+            self._transaction() as connection,
+        ):
+            result = connection.execute(
+                sa.update(self.table).where(self.table.c.name == config.name).values(row)
+            )
+        if result.rowcount != 1:
+            raise SequenceNotFound(config.name)
+        stored = self.read(config.name)
+        assert stored is not None
+        return stored
+
+    def delete(self, name: str) -> bool:
+        """Remove a row; True if it existed."""
+        validate_name(name)
+        with self._transaction() as connection:
+            result = connection.execute(sa.delete(self.table).where(self.table.c.name == name))
+        return bool(result.rowcount)
+
+    # reservation ----------------------------------------------------------
+
+    def reserve(self, name: str, count: int) -> Block:
+        validate_name(name)
+        check_count(count)
+        self._ensure_version_column()
+        started = time.monotonic()
+        gives_up = started + self.statement_timeout
+        attempts = 0
+        for attempt in range(self.max_retries):
+            attempts += 1
+            try:
+                block = self._reserve_in_one_statement(name, count)
+                if block is None:
+                    block = self._reserve_under_row_lock(name, count)
+                self.reservations += 1
+                return block
+            except _Conflict:
+                pass
+            except DBAPIError as exc:
+                if self._missing_table(exc):
+                    raise SequenceNotFound(
+                        name,
+                        "the sequence table does not exist yet; "
+                        "register the sequence or run `autoseq init`",
+                    ) from None
+                late = time.monotonic() > gives_up
+                if not _retryable(exc) or (late and exc.connection_invalidated):
+                    what = f"reserving from sequence {name!r}"
+                    raise self._translate(exc, "reserve", what, name) from exc
+                if late:
+                    break
+            time.sleep(min(0.2, 0.001 * 2 ** min(attempt, 8)) * random.random())
+        raise ReservationConflict(
+            f"sequence {name!r}: gave up after {attempts} attempt(s) in "
+            f"{time.monotonic() - started:.1f}s, each colliding with another reservation or "
+            "waiting too long on the row's lock (is a transaction holding it?); raise "
+            "batch_count (fewer, larger reservations) or SQLStore(max_retries=..., "
+            "statement_timeout=...)",
+            name=name,
+        )
+
+    def _reserve_in_one_statement(self, name: str, count: int) -> Block | None:
+        """The common case in one round trip: ``UPDATE ... RETURNING``, autocommitted.
+
+        Only a row the statement can prove ordinary is touched: valid (the
+        checks of ``SequenceConfig.from_row``), not cycling, ``start`` not
+        negative (so no sum can overflow) and with ``count`` values left
+        before ``end``. Anything else (a missing row, the last values
+        before ``end``, a cycle, a row edited into an impossible state)
+        returns ``None`` untouched, for :meth:`_reserve_under_row_lock` to
+        handle or refuse. ``None`` too where the database has no
+        ``UPDATE ... RETURNING`` (MariaDB, SQLite before 3.35).
+        """
+        statement = self._one_statement
+        if statement is None or count < 1:
+            return None
+        params = {"seq_name": name, "count": count, "span": count - 1, "now": utc_now()}
+        if self.dialect == "postgresql":
+            with self._connection() as connection:
+                connection.execution_options(isolation_level="AUTOCOMMIT")
+                row = connection.execute(statement, params).mappings().first()
+        else:
+            with self._transaction() as connection:
+                row = connection.execute(statement, params).mappings().first()
+        if row is None:
+            return None
+        stored = SequenceConfig.from_row(row)
+        step, after = stored.step, stored.next_value
+        return Block(name, after - count * step, after - step, step, stored, False)
+
+    def _reserve_under_row_lock(self, name: str, count: int) -> Block:
+        """Any row: read it under ``SELECT ... FOR UPDATE``, plan in Python, compare-and-set."""
+        t = self.table
+        with self._transaction() as connection:
+            row = (
+                connection.execute(sa.select(t).where(t.c.name == name).with_for_update())
+                .mappings()
+                .first()
+            )
+            if row is None:
+                raise SequenceNotFound(name)
+            block, new_current = plan_reservation(SequenceConfig.from_row(row), count)
+            result = connection.execute(
+                sa.update(t)
+                .where(t.c.name == name, t.c.version == row["version"])
+                .values(current=new_current, updated_at=utc_now(), version=t.c.version + 1)
+            )
+            if result.rowcount != 1:
+                raise _Conflict
+        return block
+
+    def release(self, block: Block) -> bool:
+        t = self.table
+        self._ensure_version_column()
+        with (
+            self._errors("release", f"releasing a block of {block.name!r}", block.name),
+            self._transaction() as connection,
+        ):
+            result = connection.execute(
+                sa.update(t)
+                .where(
+                    t.c.name == block.name,
+                    t.c.version == block.version,
+                    t.c.current == block.last + block.step,
+                )
+                .values(current=block.first, updated_at=utc_now(), version=block.version + 1)
+            )
+        return result.rowcount == 1
+
+    def compare_and_set(self, row: SequenceConfig, version: int) -> SequenceConfig | None:
+        t = self.table
+        self._ensure_version_column()
+        values = row.as_row() | {"updated_at": utc_now(), "version": version + 1}
+        del values["name"]
+        with (
+            self._errors("compare_and_set", f"writing sequence {row.name!r}", row.name),
+            self._transaction() as connection,
+        ):
+            result = connection.execute(
+                sa.update(t).where(t.c.name == row.name, t.c.version == version).values(values)
+            )
+            if result.rowcount != 1:
+                exists = connection.execute(sa.select(t.c.name).where(t.c.name == row.name)).first()
+                if exists is None:
+                    raise SequenceNotFound(row.name)
+                return None
+        return self.read(row.name)
+
+    def _missing_table(self, exc: BaseException) -> bool:
+        return missing_table(exc, self.table_name)
+
+    # lifecycle ------------------------------------------------------------
+
+    def after_fork(self) -> None:
+        # Connections belong to the parent; the child opens its own (and
+        # must never shut the parent's sockets down from its watchdog).
+        if self._watch is not None:
+            self._watch.after_fork()
+        self._gate = _ForkGate(self._gate.timeout)
+        self.engine.dispose(close=False)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+
+_gated: weakref.WeakSet[SQLStore] = weakref.WeakSet()
+_closed_at_fork: list[_ForkGate] = []
+
+
+def _close_gates_before_fork() -> None:
+    for store in list(_gated):
+        store._gate.close()
+        _closed_at_fork.append(store._gate)
+
+
+def _reopen_gates_in_parent() -> None:
+    while _closed_at_fork:
+        _closed_at_fork.pop().reopen()
+
+
+def _forget_gates_in_child() -> None:
+    _closed_at_fork.clear()  # SQLStore.after_fork gives each store a new gate
+
+
+_hooks.on_fork(
+    before=_close_gates_before_fork,
+    after_in_parent=_reopen_gates_in_parent,
+    after_in_child=_forget_gates_in_child,
+)

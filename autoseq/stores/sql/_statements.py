@@ -1,0 +1,117 @@
+"""The table and the statements a ``SQLStore`` runs, and how it reads their failures."""
+
+from __future__ import annotations
+
+import re
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import DBAPIError, NoSuchTableError
+
+from autoseq.config import MAX_VALUE, NAME_MAX_LENGTH
+from autoseq.errors import InvalidSequenceConfig
+
+_TABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+
+
+def validate_table_name(table: object) -> str:
+    """Return ``table`` if it is a plain identifier, else raise ``InvalidSequenceConfig``."""
+    if not isinstance(table, str) or not _TABLE_NAME.match(table):
+        raise InvalidSequenceConfig(
+            f"table name {table!r} is not a plain identifier; use letters, digits "
+            "and underscores (at most 63, not starting with a digit)"
+        )
+    return table
+
+
+def sequence_table(name: str = "sys_sequence", metadata: sa.MetaData | None = None) -> sa.Table:
+    """The ``sys_sequence`` table as SQLAlchemy Core sees it (the schema every store shares)."""
+    return sa.Table(
+        validate_table_name(name),
+        metadata if metadata is not None else sa.MetaData(),
+        sa.Column("name", sa.String(NAME_MAX_LENGTH), primary_key=True),
+        sa.Column("start", sa.BigInteger, nullable=False),
+        sa.Column("end", sa.BigInteger, nullable=False),
+        sa.Column("step", sa.BigInteger, nullable=False),
+        sa.Column("current", sa.BigInteger, nullable=False),
+        sa.Column("batch", sa.Boolean, nullable=False),
+        sa.Column("batch_count", sa.Integer, nullable=False),
+        sa.Column("cycle", sa.Boolean, nullable=False),
+        sa.Column("updated_at", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("version", sa.BigInteger, nullable=False, server_default="0"),
+    )
+
+
+class _Conflict(Exception):
+    """The row moved between read and write; try again."""
+
+
+def _retryable(exc: DBAPIError) -> bool:
+    # Deadlocks, serialization failures and lock waits are worth another try;
+    # a connection that was dropped is too (pre-ping replaces it).
+    if exc.connection_invalidated:
+        return True
+    orig = exc.orig
+    code = getattr(orig, "sqlstate", None) or ""
+    if code in ("40001", "40P01", "55P03"):
+        return True
+    args = getattr(orig, "args", ())
+    if args and isinstance(args[0], int) and args[0] in (1205, 1213):
+        return True
+    return "database is locked" in str(orig).lower()
+
+
+def missing_table(exc: BaseException, table_name: str) -> bool:
+    """True when ``exc`` says the table ``table_name`` does not exist."""
+    if isinstance(exc, NoSuchTableError):
+        return True
+    text = str(getattr(exc, "orig", exc)).lower()
+    return (
+        "no such table" in text or "does not exist" in text or "doesn't exist" in text
+    ) and table_name.lower() in text
+
+
+def _one_statement_reservation(table: sa.Table, engine: Engine) -> sa.Update | None:
+    """``UPDATE ... RETURNING`` taking ``:count`` values of an ordinary row, or None.
+
+    Every comparison is written so no intermediate sum can leave the BIGINT
+    range (``start >= 0``, divisions instead of products), and the new
+    ``current`` is at most ``2**63 - 1 - step`` by the last condition, so
+    the database never raises an overflow and never stores a value
+    ``SequenceConfig`` would refuse.
+    """
+    dialect = engine.dialect.name
+    if dialect == "sqlite":
+        import sqlite3
+
+        if sqlite3.sqlite_version_info < (3, 35):
+            return None
+    elif dialect != "postgresql":
+        return None  # MariaDB and MySQL have no UPDATE ... RETURNING
+    c = table.c
+    span = sa.bindparam("span", type_=sa.BigInteger)
+    top = sa.literal(MAX_VALUE, sa.BigInteger) - c.step  # never overflows: step >= 1
+    return (
+        sa.update(table)
+        .where(
+            c.name == sa.bindparam("seq_name", type_=c.name.type),
+            c.cycle == sa.false(),
+            c.step >= 1,
+            c.batch_count >= 1,
+            c.start >= 0,
+            c.start <= c.end,
+            c.start <= top,
+            c.current >= c.start,
+            c.current <= c.end,
+            c.current <= top,
+            (c.current - c.start) % c.step == 0,
+            (c.end - c.current) // c.step >= span,
+            (top - c.current) // c.step >= span,
+        )
+        .values(
+            current=c.current + sa.bindparam("count", type_=sa.BigInteger) * c.step,
+            updated_at=sa.bindparam("now", type_=c.updated_at.type),
+            version=c.version + 1,
+        )
+        .returning(*c)
+    )
