@@ -170,6 +170,12 @@ class SequenceConfig:
     ``current`` is the next value nobody has reserved yet (``None`` means
     ``start``). Values are ``start, start + step, ...`` up to ``end``; with
     ``batch=True`` each reservation takes ``batch_count`` values at once.
+
+    ``gapless=True`` declares a sequence whose every value is taken inside
+    the caller's transaction, never from a block (docs/serials.md): a
+    rollback gives the value back. It is how the caller takes values, not
+    part of the stored row, so ``batch`` and ``batch_count`` do not apply
+    and a :class:`~autoseq.SequenceRegistry` refuses to serve it blocks.
     """
 
     name: str
@@ -185,6 +191,7 @@ class SequenceConfig:
     #: change); the compare-and-set of every write outside a reservation
     #: checks it, so a stale or re-sent write changes nothing.
     version: int = field(default=0, compare=False)
+    gapless: bool = field(default=False, compare=False)
 
     def __post_init__(self) -> None:
         validate_name(self.name)
@@ -200,6 +207,13 @@ class SequenceConfig:
                     setting=setting.name,
                     rule="type",
                 )
+        if not isinstance(self.gapless, bool):
+            raise InvalidSequenceConfig(
+                f"gapless must be True or False, got {type(self.gapless).__name__} "
+                f"{self.gapless!r}",
+                setting="gapless",
+                rule="type",
+            )
         for setting in SETTINGS:
             value = getattr(self, setting.name)
             if setting.minimum is not None and value < setting.minimum:

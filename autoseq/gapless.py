@@ -39,7 +39,7 @@ from autoseq.registry import opening_row
 from autoseq.stores.base import check_count, plan_reservation
 from autoseq.stores.sql import SQLStore, _now, sequence_table
 
-_statements: dict[tuple[sa.Table, str], tuple[Any, Any]] = {}
+_statements: dict[tuple[sa.Table, str], tuple[Any, bool]] = {}
 _locked: dict[sa.Table, tuple[Any, Any]] = {}
 _created: weakref.WeakKeyDictionary[SQLStore, set[str]] = weakref.WeakKeyDictionary()
 _ddl: dict[sa.Table, Any] = {}
@@ -126,8 +126,9 @@ def _missing_in_sqlite(exc: BaseException) -> bool:
     return "no such table" in text or "no such column" in text
 
 
-#: Runs one statement in the caller's transaction: ``(rows as mappings, rowcount)``.
-Run = Callable[[Any, "Mapping[str, Any] | None"], "tuple[list[Mapping[str, Any]], int]"]
+#: Runs one statement in the caller's transaction: ``(rows as mappings, rowcount,
+#: lastrowid)``; ``lastrowid`` is the cursor's on MariaDB/MySQL, None elsewhere.
+Run = Callable[[Any, "Mapping[str, Any] | None"], "tuple[list[Mapping[str, Any]], int, int | None]"]
 
 
 def take(
@@ -154,12 +155,14 @@ def take(
             "use one database for both"
         )
 
-    def run(statement: Any, params: Mapping[str, Any] | None) -> tuple[list[Any], int]:
+    dialect = connection.dialect.name
+    mysql = dialect not in ("postgresql", "sqlite")
+
+    def run(statement: Any, params: Mapping[str, Any] | None) -> tuple[list[Any], int, int | None]:
         result = connection.execute(statement, dict(params or {}))
         rows = list(result.mappings()) if result.returns_rows else []
-        return rows, result.rowcount
+        return rows, result.rowcount, result.lastrowid if mysql else None
 
-    dialect = connection.dialect.name
     table = gapless_table(store, dialect)
     try:
         return take_with(run, dialect, store, table, config, count, floor)
@@ -225,7 +228,7 @@ def _take_with(
 ) -> list[int]:
     for _attempt in range(3):
         try:
-            values = _update_returning(run, dialect, table, config.name, count)
+            values = _update_returning(run, dialect, table, config, count)
         except Exception as exc:
             # SQLite: the table is made on first use, in the caller's
             # transaction (see _sqlite_ready); a failed statement leaves
@@ -233,7 +236,7 @@ def _take_with(
             if not (sqlite and _missing_in_sqlite(exc)):
                 raise
             _sqlite_ready(run, table)
-            values = _update_returning(run, dialect, table, config.name, count)
+            values = _update_returning(run, dialect, table, config, count)
         if values is None:
             values = _update_locked(run, table, config, count, sqlite, floor)
         if values is not None:
@@ -246,77 +249,150 @@ def _take_with(
     )
 
 
-def _guarded_statements(table: sa.Table, dialect: str) -> tuple[Any, Any]:
-    """The one-statement update of an ordinary row, and how to read the result back.
+def _guarded_statements(table: sa.Table, dialect: str) -> tuple[Any, bool]:
+    """The one-statement update of an ordinary row, and whether it returns its row.
 
     Like the store's one-statement reservation it touches only a row it can
     prove ordinary (not cycling, ``current`` aligned within ``[start, end]``,
-    ``count`` values left, no sum past 2**63), but with constants written
-    into the SQL: each gapless value is a statement inside someone's
-    transaction, so it is kept as short to parse and plan as it can be.
-    Anything else goes to :func:`_update_locked`. PostgreSQL and SQLite
-    return ``current`` and ``step`` from the ``UPDATE``; MariaDB has no
-    ``UPDATE ... RETURNING``, so a locking read of the row this transaction
-    now holds follows it.
+    ``count`` values left, no sum past 2**63). Each gapless value is a
+    statement inside someone's transaction, holding the row's lock until
+    that transaction ends, so the statement is the cheapest the server can
+    run: constants written into the SQL, and the time stamp taken by the
+    server (a time stamp sent as text is parsed on every call, which on
+    PostgreSQL costs as much again as the rest of the statement).
+    Anything else goes to :func:`_update_locked`.
+
+    PostgreSQL and SQLite return ``current`` and ``step`` from the
+    ``UPDATE``. MariaDB/MySQL have no ``UPDATE ... RETURNING``: the new
+    ``current`` goes through ``LAST_INSERT_ID(expr)``, which the server
+    sends back in the statement's own reply (the cursor's ``lastrowid``),
+    and ``step`` is guarded equal to the configuration's, so that one
+    round trip does what ``UPDATE`` plus a locking read did.
     """
     key = (table, dialect)
     found = _statements.get(key)
     if found is None:
         c = table.c
         span = sa.bindparam("span", type_=sa.BigInteger)
+        count = sa.bindparam("count", type_=sa.BigInteger)
         top = sa.literal_column(str(MAX_VALUE), sa.BigInteger) - c.step
         zero = sa.literal_column("0", sa.BigInteger)
+        mysql = dialect not in ("postgresql", "sqlite")
+        guards = [
+            c.name == sa.bindparam("seq_name", type_=c.name.type),
+            c.cycle == sa.false(),
+            c.step >= sa.literal_column("1", sa.BigInteger),
+            c.start >= zero,
+            c.current >= c.start,
+            c.current <= c.end,
+            c.current <= top,
+            (c.current - c.start) % c.step == zero,
+            (c.end - c.current) // c.step >= span,
+            (top - c.current) // c.step >= span,
+        ]
+        after: Any = c.current + count * c.step
+        if dialect == "postgresql":
+            now: Any = sa.func.statement_timestamp()
+        elif mysql:
+            guards.append(c.step == sa.bindparam("seq_step", type_=sa.BigInteger))
+            after = sa.func.last_insert_id(after, type_=sa.BigInteger)
+            now = sa.func.utc_timestamp(6)
+        else:
+            # SQLite's CURRENT_TIMESTAMP has no fraction of a second; SQLite
+            # parses the bound text as cheaply as its own.
+            now = sa.bindparam("now", type_=c.updated_at.type)
         update = (
             sa.update(table)
-            .where(
-                c.name == sa.bindparam("seq_name", type_=c.name.type),
-                c.cycle == sa.false(),
-                c.step >= sa.literal_column("1", sa.BigInteger),
-                c.start >= zero,
-                c.current >= c.start,
-                c.current <= c.end,
-                c.current <= top,
-                (c.current - c.start) % c.step == zero,
-                (c.end - c.current) // c.step >= span,
-                (top - c.current) // c.step >= span,
-            )
-            .values(
-                current=c.current + sa.bindparam("count", type_=sa.BigInteger) * c.step,
-                updated_at=sa.bindparam("now", type_=c.updated_at.type),
-                version=c.version + 1,
-            )
+            .where(*guards)
+            .values(current=after, updated_at=now, version=c.version + 1)
         )
-        returning = dialect in ("postgresql", "sqlite")
+        returning = not mysql
         if dialect == "sqlite":
-            import sqlite3
-
-            returning = sqlite3.sqlite_version_info >= (3, 35)
-        if returning:
-            found = (update.returning(c.current, c.step), None)
-        else:
-            read = (
-                sa.select(c.current, c.step)
-                .where(c.name == sa.bindparam("seq_name"))
-                .with_for_update()
-            )
-            found = (update, read)
-        _statements[key] = found
+            returning = _sqlite_returns()
+        found = _statements[key] = (
+            (update.returning(c.current, c.step), True) if returning else (update, False)
+        )
     return found
 
 
+_single: dict[tuple[sa.Table, str], Any] = {}
+
+
+def _single_statement(table: sa.Table, dialect: str) -> Any:
+    """The update taking one value of a row whose ``step`` is 1: the usual gapless take.
+
+    What :func:`autoseq.stores.base.plan_reservation` does for such a row,
+    in short hand-written SQL (it is parsed and planned on every call,
+    inside the caller's transaction): with a step of 1 every ``current`` is
+    aligned, and the value is ``current`` itself exactly when ``start <=
+    current <= end`` and ``current < 2**63 - 1`` (the last value a step
+    can pass), whether the row cycles or not. Any other row (exhausted,
+    about to cycle, hand-edited) matches nothing and goes to the locked path.
+    """
+    key = (table, dialect)
+    found = _single.get(key)
+    if found is None:
+        from sqlalchemy.dialects import mysql, postgresql, sqlite
+
+        module = {"postgresql": postgresql, "sqlite": sqlite}.get(dialect, mysql)
+        preparer = module.dialect().identifier_preparer
+        q = preparer.quote
+        current, end, version = q("current"), q("end"), q("version")
+        if dialect == "postgresql":
+            after, now = f"{current} + 1", "statement_timestamp()"
+        elif dialect == "sqlite":
+            after, now = f"{current} + 1", ":now"
+        else:
+            after, now = f"LAST_INSERT_ID({current} + 1)", "UTC_TIMESTAMP(6)"
+        # Identifiers only, quoted by the dialect (the table name was validated).
+        sql = (
+            f"UPDATE {preparer.format_table(table)} SET {current} = {after}, "  # noqa: S608
+            f"{q('updated_at')} = {now}, {version} = {version} + 1 "
+            f"WHERE {q('name')} = :seq_name AND {q('step')} = 1 AND {current} >= {q('start')} "
+            f"AND {current} <= {end} AND {current} < {MAX_VALUE}"
+        )
+        if dialect == "postgresql" or (dialect == "sqlite" and _sqlite_returns()):
+            sql += f" RETURNING {current}"
+        found = _single[key] = sa.text(sql)
+    return found
+
+
+def _sqlite_returns() -> bool:
+    import sqlite3
+
+    return sqlite3.sqlite_version_info >= (3, 35)
+
+
 def _update_returning(
-    run: Run, dialect: str, table: sa.Table, name: str, count: int
+    run: Run, dialect: str, table: sa.Table, config: SequenceConfig, count: int
 ) -> list[int] | None:
-    update, read = _guarded_statements(table, dialect)
-    params = {"seq_name": name, "count": count, "span": count - 1, "now": _now()}
-    rows, updated = run(update, params)
-    if read is not None:
-        if updated != 1:
+    if count == 1 and config.step == 1:
+        update: Any = _single_statement(table, dialect)
+        returning = dialect == "postgresql" or (dialect == "sqlite" and _sqlite_returns())
+        params: dict[str, Any] = {"seq_name": config.name}
+        if dialect == "sqlite":
+            params["now"] = _now()
+        rows, updated, last = run(update, params)
+        if returning:
+            return [int(rows[0]["current"]) - 1] if rows else None
+        if dialect == "sqlite":  # pragma: no cover - SQLite before 3.35
             return None
-        rows, _count = run(read, {"seq_name": name})
-    if not rows:
-        return None
-    step, after = int(rows[0]["step"]), int(rows[0]["current"])
+        return [int(last) - 1] if updated == 1 and last else None
+    update, returning = _guarded_statements(table, dialect)
+    params = {"seq_name": config.name, "count": count, "span": count - 1}
+    if dialect == "sqlite":
+        params["now"] = _now()
+    elif not returning:
+        params["seq_step"] = config.step
+    rows, updated, last = run(update, params)
+    if returning:
+        if not rows:
+            return None
+        step, after = int(rows[0]["step"]), int(rows[0]["current"])
+    else:
+        if updated != 1 or not last:
+            return None
+        step, after = config.step, int(last)
     return list(range(after - count * step, after, step))
 
 
@@ -356,7 +432,7 @@ def _update_locked(
 ) -> list[int] | None:
     select, update = _locked_statements(table)
     name = {"seq_name": config.name}
-    rows, _count = run(select, name)
+    rows, _count, _last = run(select, name)
     if not rows:
         if not sqlite:
             raise SequenceNotFound(
@@ -365,7 +441,7 @@ def _update_locked(
         opening = opening_row(config, floor()) if floor is not None else config
         values = opening.as_row() | {"updated_at": _now(), "version": 0}
         run(sa.insert(table).prefix_with("OR IGNORE").values(values), None)
-        rows, _count = run(select, name)
+        rows, _count, _last = run(select, name)
         if not rows:  # pragma: no cover - the insert above is in this transaction
             raise SequenceNotFound(config.name, "it was deleted while being created")
     row = rows[0]
@@ -373,7 +449,7 @@ def _update_locked(
     if block.count < count:
         raise SequenceExhausted(config.name, block.last + block.step, block.row.end)
     params = name | {"seen_version": row["version"], "new_current": new_current, "now": _now()}
-    _rows, updated = run(update, params)
+    _rows, updated, _last = run(update, params)
     if updated != 1:
         return None
     return list(block.values())

@@ -9,7 +9,7 @@ from typing import Any, Generic, TypeVar
 
 from autoseq import _hooks
 from autoseq.config import SequenceConfig, validate_name
-from autoseq.errors import SequenceNotFound
+from autoseq.errors import GaplessUnavailable, SequenceNotFound
 from autoseq.lock import BufferPolicy, SequenceLock
 from autoseq.stores.base import SequenceStore
 
@@ -83,6 +83,13 @@ class SequenceRegistry:
         past it: a table that has rows, a dropped ``sys_sequence`` or a lost
         SQLite companion never restart the sequence under existing keys.
         """
+        if config.gapless:
+            raise GaplessUnavailable(
+                f"sequence {config.name!r} is gapless: its values are taken one by one in "
+                "the caller's transaction (Serial(..., gapless=True).next(connection), "
+                "autoseq.gapless.take, or a gapless field), never served from a block by "
+                "a SequenceLock, which would leave gaps"
+            )
         lock = self._locks.get(config.name)
         if lock is not None:
             return lock

@@ -262,24 +262,33 @@ class Serial:
                 f"serial {name!r}: the period's row name would be {longest} characters "
                 "long; the limit is 191, use a shorter name"
             )
-        # Validates start, step and batch_count with the same messages as any sequence.
+        # Validates start, step, batch_count and gapless as for any sequence.
         self.config = SequenceConfig(
-            name, start=start, end=end, step=step, batch_count=batch_count, cycle=cycle
+            name,
+            start=start,
+            end=end,
+            step=step,
+            batch_count=batch_count,
+            cycle=cycle,
+            gapless=gapless,
         )
-        if not isinstance(gapless, bool):
-            raise InvalidSequenceConfig(f"gapless must be True or False, got {gapless!r}")
-        self.gapless = gapless
         if isinstance(store, SequenceRegistry):
             self.registry = store
         else:
             self.registry = SequenceRegistry(store)
         self.store = self.registry.store
-        if gapless:
+        if self.gapless:
             _gapless_module(self.store, name)
         self.clock = clock or _utc_now
         self._configs: dict[date | None, SequenceConfig] = {}
+        self._formats: dict[date | None, Callable[..., str]] = {}
         self._reset_state()
         _serials.add(self)
+
+    @property
+    def gapless(self) -> bool:
+        """True when each value is taken in the caller's transaction (``config.gapless``)."""
+        return self.config.gapless
 
     def _reset_state(self) -> None:
         self._guard = threading.Lock()
@@ -319,12 +328,21 @@ class Serial:
             found = self._configs[day] = self.config.replace(name=self._row_name(day))
         return found
 
+    def _formatter(self, day: date | None) -> Callable[..., str]:
+        """``str.format`` of the period starting on ``day`` (built once per period)."""
+        found = self._formats.get(day)
+        if found is None:
+            if len(self._formats) >= 8:  # only the latest periods are asked for again
+                self._formats.clear()
+            found = self._formats[day] = self.template.for_period(day).format
+        return found
+
     def _switch(self, day: date | None) -> SequenceLock:
         """Serve from ``day``'s row from now on; called under the guard."""
         old = self._lock
         lock = self.registry.register(self.row_config(day))
         self._day, self._token, self._lock = day, day, lock
-        self._format = self.template.for_period(day).format
+        self._format = self._formatter(day)
         if old is not None and old is not lock:
             # Its unused tail goes back to the old period's row, never to the new one.
             self.registry.discard(old.name, release=True)
@@ -370,12 +388,12 @@ class Serial:
         day = self._now()
         config = self.row_config(day)
         values = _gapless_module(self.store, self.name).take(connection, self.store, config, count)
-        fmt = self.template.for_period(day).format
+        fmt = self._formatter(day)
         return [fmt(n=value) for value in values]
 
     def format(self, counter: int, day: date | None = None) -> str:
         """The serial of ``counter`` in the period starting on ``day`` (no value is taken)."""
-        return self.template.for_period(day).format(n=counter)
+        return self._formatter(day)(n=counter)
 
     def parse(self, text: str) -> tuple[str | None, int]:
         """``(period key, counter)`` of a serial made by this template; ``InvalidSerial`` else."""

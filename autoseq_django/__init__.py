@@ -105,6 +105,8 @@ def preload(using: str | None = None) -> list[str]:
     names: set[str] = set()
     for model in apps.get_models():
         for field in sequence_fields(model):
+            if field.sequence_config.gapless:
+                continue  # taken in the caller's transaction, never from a block
             alias = using or router.db_for_write(model)
             sequences.lock(field.sequence_config, alias)
             names.update(sequences.registry(sequences.sequence_database(alias)).load())

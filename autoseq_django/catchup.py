@@ -113,6 +113,9 @@ def _catch_up(sequences: Any, field: SequenceField, alias: str, value: int) -> N
     config = field.sequence_config
     if config.cycle:
         return  # values repeat by design; nothing to stay ahead of
+    if config.gapless:
+        # No block to take from: serving one would leave the gaps gapless forbids.
+        return
     try:
         lock = sequences.lock(config, alias)  # a missing row starts past every column
     except SequenceNotFound:

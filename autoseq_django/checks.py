@@ -1,7 +1,8 @@
 """System checks of the ``AUTOSEQ`` setting and of the sequences as a whole.
 
-Field-level problems (``autoseq.E001``-``E007``) are checked by
-``SequenceField.check``; these look across settings, routers and models.
+Field-level problems (``autoseq.E001``-``E007``, ``E014``) are checked by
+``SequenceField.check`` and ``SerialField.check`` (``E012``-``E015``); these
+look across settings, routers and models.
 None of them touches a database.
 """
 

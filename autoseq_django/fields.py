@@ -139,7 +139,9 @@ class SequenceField(_BigIntegerField):
             # the key out (inline formsets then carry it hidden), and Django
             # REST framework maps it read-only, so no client chooses it.
             kwargs.setdefault("editable", False)
-        self.gapless = gapless  # values taken in the caller's atomic() (autoseq_django.serials)
+        if not isinstance(gapless, bool):
+            raise InvalidSequenceConfig(f"gapless must be True or False, got {gapless!r}")
+        self.gapless = gapless  # declared on the field's SequenceConfig (see sequence_config)
         self.sequence = sequence
         self.sequence_options: dict[str, Any] = {
             key: value
@@ -169,24 +171,26 @@ class SequenceField(_BigIntegerField):
         if cached is None or cached[0] is not settings:
             cached = (
                 settings,
-                settings.sequence_config(self.sequence_name, **self.sequence_options),
+                settings.sequence_config(
+                    self.sequence_name, **self.sequence_options, gapless=self.gapless
+                ),
             )
             self._config = cached
         return cached[1]
 
     def take(self, using: str, count: int = 1) -> list[int]:
         """``count`` values for rows written to database ``using``."""
-        if self.gapless:
+        config = self.sequence_config
+        if config.gapless:
             from django.db import connections
 
             from autoseq_django.serials import take_gapless_values
 
-            config = self.sequence_config
             values = take_gapless_values(config, connections[using], count, integer_key=True)
         else:
             if catchup.pending():
                 catchup.flush(self.sequence_name)  # keys loaded meanwhile: move past them first
-            lock = sequences.lock(self.sequence_config, using)
+            lock = sequences.lock(config, using)
             values = [lock.next()] if count == 1 else lock.next_many(count)
         top = max(values)
         if top > self._known.get(using, _UNKNOWN):
@@ -334,6 +338,9 @@ class SequenceField(_BigIntegerField):
                 "would hide it.",
                 "Remove default= and db_default= from the field.",
             )
+        from autoseq_django.serials import gapless_problems
+
+        errors.extend(gapless_problems(self, self.gapless, "SequenceField"))
         return errors
 
 

@@ -172,6 +172,14 @@ def _url_key(alias: str) -> str:
     return url
 
 
+_generation = 0
+
+
+def generation() -> int:
+    """Bumped by every :func:`reset`: what was looked up before it may be stale."""
+    return _generation
+
+
 def registry(alias: str) -> SequenceRegistry:
     """The registry of the ``sys_sequence`` in database ``alias`` (one per database)."""
     url = _url_key(alias)
@@ -262,8 +270,10 @@ def reset() -> None:
     Private in-memory stores stay open for the next registry: their rows are
     the only record of what the in-memory database's rows were given.
     """
+    global _generation
     registries = _registries.clear()
     _urls.clear()
+    _generation += 1
     kept = set(map(id, _memory_stores.values()))
     for found in registries:
         if id(found.store) not in kept:

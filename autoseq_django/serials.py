@@ -12,16 +12,19 @@ the number back, and autocommit outside ``atomic()`` is refused.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable, Mapping
 from datetime import datetime, tzinfo
 from typing import TYPE_CHECKING, Any
 
+from django.core import checks
 from django.db import models
+from django.db.models.fields import NOT_PROVIDED
 
 from autoseq import GaplessUnavailable, SequenceConfig, SequenceRegistry, Serial
 from autoseq.serial import _Template
 from autoseq.stores import MemoryStore
-from autoseq_django import sequences
+from autoseq_django import conf, sequences
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
@@ -125,6 +128,43 @@ class SerialField(_CharField):
             value = taken
         return super().get_db_prep_save(value, connection)
 
+    # system checks --------------------------------------------------------------
+    # A bad template, period, tz, start, step or batch_count is refused where
+    # the field is declared (InvalidSequenceConfig); these need the model.
+
+    def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
+        return [*super().check(**kwargs), *self._check_serial()]
+
+    def _check_serial(self) -> list[checks.CheckMessage]:
+        errors: list[checks.CheckMessage] = []
+
+        def error(code: str, message: str, hint: str) -> None:
+            errors.append(checks.Error(message, hint=hint, obj=self, id=f"autoseq.{code}"))
+
+        longest = _Template(self.template, self.serial_options["period"]).max_length
+        if isinstance(self.max_length, int) and self.max_length < longest:
+            error(
+                "E012",
+                f"SerialField max_length={self.max_length} is shorter than the longest serial "
+                f"of {self.template!r} ({longest} characters).",
+                f"Drop max_length (it defaults to {longest}) or raise it to {longest} or more.",
+            )
+        if self.default is not NOT_PROVIDED or self.has_db_default():
+            error(
+                "E013",
+                "SerialField takes its value from the serial; default/db_default would hide it.",
+                "Remove default= and db_default= from the field.",
+            )
+        if self.serial_options["cycle"] and (self.primary_key or self.unique):
+            error(
+                "E015",
+                "SerialField with cycle=True on a primary key or unique column: the counter "
+                "wraps back to start, so serials repeat and inserts will collide.",
+                "Drop cycle=True, or widen {n} and drop unique.",
+            )
+        errors.extend(gapless_problems(self, self.gapless, "SerialField"))
+        return errors
+
     def deconstruct(self) -> Any:
         name, _path, args, kwargs = super().deconstruct()
         kwargs.pop("blank", None)
@@ -142,11 +182,82 @@ class SerialField(_CharField):
 # gapless on Django's connection ----------------------------------------------------
 
 
+#: The vendors whose connections run gapless takes (autoseq.gapless's statements).
+GAPLESS_VENDORS = ("postgresql", "mysql", "sqlite")
+
+
+def gapless_problems(field: models.Field[Any, Any], gapless: bool, kind: str) -> list[Any]:
+    """``autoseq.E014``: a gapless field whose numbers could not share the row's transaction.
+
+    Run by the system checks of ``SerialField`` and ``SequenceField``: the
+    databases the model is written to must hold their own sequences (no
+    ``AUTOSEQ["DATABASE"]`` or router sending ``SysSequence`` elsewhere) and be
+    PostgreSQL, MariaDB/MySQL or SQLite; the save would raise
+    ``GaplessUnavailable`` otherwise. No database is touched.
+    """
+    if not gapless:
+        return []
+    from django.conf import settings
+    from django.db import connections, router
+
+    model = field.model
+    problems = []
+    for alias in sorted(settings.DATABASES):
+        if not router.allow_migrate_model(alias, model):
+            continue
+        holder = sequences.sequence_database(alias)
+        vendor = connections[alias].vendor
+        if not shares_transaction(connections[alias]):
+            why = f"its sequences live in database {holder!r}, not {alias!r} where rows are written"
+        elif vendor not in GAPLESS_VENDORS:
+            why = f"database {alias!r} is {vendor}, which gapless numbering does not support"
+        else:
+            continue
+        problems.append(
+            checks.Error(
+                f"{kind}(gapless=True) on {model._meta.label}.{field.name}: {why}, so a number "
+                "cannot be taken in the same transaction as the row (saves would raise "
+                "GaplessUnavailable).",
+                hint="Keep sys_sequence in the database the model is written to "
+                "(PostgreSQL, MariaDB/MySQL or SQLite), or drop gapless=True.",
+                obj=field,
+                id="autoseq.E014",
+            )
+        )
+    return problems
+
+
 def take_gapless(serial: Serial, connection: BaseDatabaseWrapper) -> str:
     """The next gapless serial, in ``connection``'s current ``atomic()`` transaction."""
     day = serial._now()
     (value,) = take_gapless_values(serial.row_config(day), connection, 1)
     return serial.format(value, day)
+
+
+def shares_transaction(connection: BaseDatabaseWrapper) -> bool:
+    """Whether a gapless number can be taken in ``connection``'s own transaction.
+
+    Yes when the alias holds its own sequences, and on SQLite when they live
+    in the file's companion (``AUTOSEQ["DATABASE"]`` naming its
+    ``sqlite_companion`` alias): gapless rows are then kept in the
+    application's file itself (``autoseq.gapless.sqlite_table``), never in
+    the companion, so one commit covers the number and the row.
+    """
+    if sequences.sequence_database(connection.alias) == connection.alias:
+        return True
+    if connection.vendor != "sqlite":
+        return False
+    from autoseq_django.sqlite import companion_path
+
+    return companion_path(connection) is not None
+
+
+#: Per Django connection: what a take needs that only settings can change, checked
+#: against ``conf.get()`` and ``sequences.generation()`` (both renewed by any change
+#: to AUTOSEQ, DATABASES or DATABASE_ROUTERS): (settings, generation, store, dialect,
+#: table). A gapless value is a statement inside someone's transaction, holding a
+#: row lock: the Python around it is kept as short as the statement.
+_plans: weakref.WeakKeyDictionary[Any, tuple[Any, int, Any, str, Any]] = weakref.WeakKeyDictionary()
 
 
 def take_gapless_values(
@@ -162,23 +273,28 @@ def take_gapless_values(
     an integer key (``integer_key``) a row created here starts past the
     largest value already stored in the columns using the sequence.
     """
-    from autoseq import gapless
-
     if not connection.in_atomic_block:
         raise GaplessUnavailable(
             f"sequence {config.name!r} is gapless but the save runs in autocommit: wrap it "
             "in transaction.atomic() so the number is given back if the transaction fails"
         )
     alias = connection.alias
-    if sequences.sequence_database(alias) != alias:
-        raise GaplessUnavailable(
-            f"sequence {config.name!r} is gapless but its sequences live in database "
-            f"{sequences.sequence_database(alias)!r}, not {alias!r} where the row is written; "
-            "a gapless number must be in the same transaction as the row"
-        )
-    store = sequences.store(alias)
-    dialect = {"postgresql": "postgresql", "mysql": "mysql", "sqlite": "sqlite"}[connection.vendor]
-    table = _table(store, dialect)
+    settings = conf.get()
+    generation = sequences.generation()
+    plan = _plans.get(connection)
+    if plan is None or plan[0] is not settings or plan[1] != generation:
+        if not shares_transaction(connection):
+            raise GaplessUnavailable(
+                f"sequence {config.name!r} is gapless but its sequences live in database "
+                f"{sequences.sequence_database(alias)!r}, not {alias!r} where the row is "
+                "written; a gapless number must be in the same transaction as the row"
+            )
+        store = sequences.store(alias)
+        dialect = {"postgresql": "postgresql", "mysql": "mysql", "sqlite": "sqlite"}[
+            connection.vendor
+        ]
+        plan = _plans[connection] = (settings, generation, store, dialect, _table(store, dialect))
+    _settings, _generation, store, dialect, table = plan
     floor = None
     if integer_key:
 
@@ -186,7 +302,20 @@ def take_gapless_values(
             return sequences._columns_floor(config.name, alias)
 
     run = _runner(connection, dialect)
-    return gapless.take_with(run, dialect, store, table, config, count, floor)
+    values: list[int] = _gapless().take_with(run, dialect, store, table, config, count, floor)
+    return values
+
+
+_module: list[Any] = []
+
+
+def _gapless() -> Any:
+    """:mod:`autoseq.gapless`, imported on first use (it imports SQLAlchemy)."""
+    if not _module:
+        from autoseq import gapless
+
+        _module.append(gapless)
+    return _module[0]
 
 
 def _table(store: Any, dialect: str) -> sa.Table:
@@ -239,7 +368,9 @@ def _runner(connection: BaseDatabaseWrapper, dialect_name: str) -> Run:
         module = {"postgresql": postgresql, "mysql": mysql, "sqlite": sqlite}[dialect_name]
         dialect = _dialects[dialect_name] = module.dialect(paramstyle="format")
 
-    def run(statement: Any, params: Mapping[str, Any] | None) -> tuple[list[Any], int]:
+    on_mysql = dialect_name == "mysql"
+
+    def run(statement: Any, params: Mapping[str, Any] | None) -> tuple[list[Any], int, int | None]:
         prepared = _compiled.get((id(statement), dialect_name))
         if prepared is None or prepared.statement is not statement:
             prepared = _Prepared(statement, dialect)
@@ -252,6 +383,6 @@ def _runner(connection: BaseDatabaseWrapper, dialect_name: str) -> Run:
             if description:
                 names = [column[0] for column in description]
                 rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
-            return rows, cursor.rowcount
+            return rows, cursor.rowcount, cursor.lastrowid if on_mysql else None
 
     return run

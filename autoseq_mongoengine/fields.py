@@ -38,6 +38,7 @@ from pymongo.errors import PyMongoError
 from autoseq import maintenance
 from autoseq.config import MAX_VALUE, SequenceConfig, validate_name
 from autoseq.errors import (
+    GaplessUnavailable,
     InvalidSequenceConfig,
     SequenceExhausted,
     SequenceNotFound,
@@ -47,6 +48,29 @@ from autoseq.lock import BufferPolicy, SequenceLock
 from autoseq.stores.mongo import MongoStore, validate_collection_name
 from autoseq_mongoengine import _compat
 from autoseq_mongoengine.registry import sequences
+
+
+def refuse_gapless(gapless: object, field: str) -> None:
+    """Refuse ``gapless=True``: no mongoengine write can join a session transaction.
+
+    mongoengine (up to 0.29, the newest release) passes no ``session`` to
+    pymongo on ``save()`` or ``insert()``. A number taken in the caller's
+    transaction would then be given back when that transaction aborts while
+    the document already holds it outside it, so the next document would get
+    the same number; taken outside a transaction it would be lost when the
+    write fails. Either breaks what gapless promises, so it is refused.
+    """
+    if gapless is False:
+        return
+    if gapless is not True:
+        raise InvalidSequenceConfig(f"gapless must be True or False, got {gapless!r}")
+    raise GaplessUnavailable(
+        f"autoseq_mongoengine.{field}(gapless=True): mongoengine saves outside any session "
+        "transaction (it passes no session to pymongo), so a number could be neither given "
+        "back when a save fails nor kept when the caller's transaction aborts; use "
+        "gapless=False (block-served, gaps possible), autoseq.Serial(MongoStore(db), ..., "
+        "gapless=True).next(session) with pymongo writes in that session, or a SQL database"
+    )
 
 
 class SequenceField(BaseField):  # type: ignore[misc]
@@ -81,8 +105,10 @@ class SequenceField(BaseField):  # type: ignore[misc]
         batch_count: int = 100,
         cycle: bool = False,
         policy: BufferPolicy | None = None,
+        gapless: bool = False,
         **kwargs: Any,
     ) -> None:
+        refuse_gapless(gapless, "SequenceField")
         self.collection_name = validate_collection_name(collection_name or self.COLLECTION_NAME)
         self.db_alias = db_alias or DEFAULT_CONNECTION_NAME
         self.sequence_name = None if sequence_name is None else validate_name(sequence_name)

@@ -6,9 +6,8 @@ As ``SequenceField``: ``save()`` / ``objects.create()`` fill an empty serial
 kept. Serials come from the same ``sys_sequence`` collection as the
 sequences, one row per period.
 
-``gapless=True`` is refused: mongoengine writes outside any session
-transaction, so a number taken for a document whose write then fails could
-not be given back, and that gap is what gapless promises never to leave.
+``gapless=True`` is refused (:func:`autoseq_mongoengine.fields.refuse_gapless`):
+mongoengine writes outside any session transaction.
 """
 
 from __future__ import annotations
@@ -23,13 +22,13 @@ from mongoengine import signals
 from mongoengine.connection import DEFAULT_CONNECTION_NAME
 from mongoengine.fields import StringField
 
-from autoseq import GaplessUnavailable, SequenceRegistry, Serial
+from autoseq import SequenceRegistry, Serial
 from autoseq.config import validate_name
 from autoseq.serial import _Template
 from autoseq.stores import MemoryStore
 from autoseq.stores.mongo import validate_collection_name
 from autoseq_mongoengine import _compat
-from autoseq_mongoengine.fields import owner_base_name
+from autoseq_mongoengine.fields import owner_base_name, refuse_gapless
 from autoseq_mongoengine.registry import sequences
 
 
@@ -58,12 +57,7 @@ class SerialField(StringField):  # type: ignore[misc]
         clock: Callable[[], datetime] | None = None,
         **kwargs: Any,
     ) -> None:
-        if gapless:
-            raise GaplessUnavailable(
-                "autoseq_mongoengine.SerialField(gapless=True): mongoengine saves outside "
-                "a session transaction, so a number could not be given back when a save "
-                "fails; use gapless=False (block-served, gaps possible) or a SQL database"
-            )
+        refuse_gapless(gapless, "SerialField")
         self.serial_options: dict[str, Any] = {
             "period": period,
             "tz": tz,

@@ -43,6 +43,7 @@ def worker(data_dir: str, orders: int, seed: int, results: Any) -> None:
     rng = random.Random(seed)
     ids: list[int] = []
     numbers: list[int] = []
+    references: list[str] = []
     saves = bulks = 0
     started = time.perf_counter()
     while len(ids) < orders:
@@ -60,7 +61,9 @@ def worker(data_dir: str, orders: int, seed: int, results: Any) -> None:
             bulks += 1
         ids.extend(order.pk for order in made)
         numbers.extend(order.number for order in made)
+        references.extend(order.reference for order in made)
     elapsed = time.perf_counter() - started
+    invoices, rolled_back = invoice_some(ids[::8], rng)
     # every fourth order ships: snowflake keys, leased worker id, no round trip per row
     shipped = Shipment.objects.bulk_create(
         [Shipment(order_id=pk, carrier=rng.choice(("post", "courier"))) for pk in ids[::4]]
@@ -75,6 +78,9 @@ def worker(data_dir: str, orders: int, seed: int, results: Any) -> None:
             "pid": os.getpid(),
             "ids": ids,
             "numbers": numbers,
+            "references": references,
+            "invoices": invoices,
+            "rolled_back": rolled_back,
             "shipments": shipments,
             "saves": saves,
             "bulk_creates": bulks,
@@ -82,6 +88,34 @@ def worker(data_dir: str, orders: int, seed: int, results: Any) -> None:
             "seconds": elapsed,
         }
     )
+
+
+class PaymentFailed(Exception):
+    """A simulated failure after the invoice number was taken: its atomic() rolls back."""
+
+
+def invoice_some(order_ids: list[int], rng: random.Random) -> tuple[list[str], int]:
+    """Invoice these orders, one atomic() each; one in five fails and rolls back.
+
+    The gapless number is taken inside the block, so a rolled-back invoice
+    gives its number back to the next one: committed invoices have no gap.
+    """
+    from django.db import transaction
+
+    from example_project.orders.models import Invoice
+
+    numbers: list[str] = []
+    rolled_back = 0
+    for order_id in order_ids:
+        try:
+            with transaction.atomic():
+                invoice = Invoice.objects.create(order_id=order_id, total_cents=999)
+                if rng.random() < 0.2:
+                    raise PaymentFailed
+            numbers.append(invoice.number)
+        except PaymentFailed:
+            rolled_back += 1
+    return numbers, rolled_back
 
 
 def collect(results: Any, workers: list[Any]) -> list[dict[str, Any]] | None:
@@ -107,7 +141,9 @@ def check_admin() -> str:
     client = Client()
     client.force_login(user)
     shown = []
-    for url in ("/admin/orders/order/", "/admin/orders/shipment/", "/admin/autoseq/syssequence/"):
+    pages = ("order", "invoice", "shipment")
+    urls = [f"/admin/orders/{page}/" for page in pages] + ["/admin/autoseq/syssequence/"]
+    for url in urls:
         response = client.get(url)
         shown.append(f"{url} {response.status_code}")
         if response.status_code != 200:
@@ -147,8 +183,12 @@ def run_django(data_dir: str, processes: int, orders: int) -> bool:
 
     ids = [value for report in reports for value in report["ids"]]
     numbers = [value for report in reports for value in report["numbers"]]
+    references = [value for report in reports for value in report["references"]]
+    invoices = sorted(value for report in reports for value in report["invoices"])
+    rolled_back = sum(report["rolled_back"] for report in reports)
     shipments = [value for report in reports for value in report["shipments"]]
     duplicates = (len(ids) - len(set(ids))) + (len(numbers) - len(set(numbers)))
+    duplicates += len(references) - len(set(references)) + len(invoices) - len(set(invoices))
     duplicates += len(shipments) - len(set(shipments))
     rows = Order.objects.count()
     saves = sum(report["saves"] for report in reports)
@@ -162,10 +202,11 @@ def run_django(data_dir: str, processes: int, orders: int) -> bool:
     print("  sequences (sys_sequence, as the admin shows them):")
     for row in SysSequence.objects.all():
         print(
-            f"    {row.name:<15} current={row.current:<8} step={row.step} "
+            f"    {row.name:<34} current={row.current:<8} step={row.step} "
             f"batch_count={row.batch_count}"
         )
     print(f"  reservations: {reservations} (blocks of 200 and 500 values)")
+    gapless = show_serials(references, invoices, rolled_back)
     workers_used = sorted({decode(value).worker for value in shipments})
     print(
         f"  shipments (snowflake keys): {len(shipments):,}, rows "
@@ -173,7 +214,34 @@ def run_django(data_dir: str, processes: int, orders: int) -> bool:
     )
     print(f"  admin: {check_admin()}")
     print(f"  duplicates found: {duplicates}")
-    return duplicates == 0 and rows == len(ids) and Shipment.objects.count() == len(shipments)
+    return (
+        duplicates == 0
+        and gapless
+        and rows == len(ids)
+        and Shipment.objects.count() == len(shipments)
+    )
+
+
+def show_serials(references: list[str], invoices: list[str], rolled_back: int) -> bool:
+    """Print the order references and invoice numbers; True when the invoices have no gap."""
+    from example_project.orders.models import Invoice
+
+    days = sorted({reference[4:12] for reference in references})
+    print(
+        f"  order references (daily serial, from blocks): {len(references):,} over "
+        f"{len(days)} day(s), e.g. {', '.join(sorted(references)[:3])}"
+    )
+    serial = Invoice._meta.get_field("number").serial("default")
+    counters = sorted(serial.parse(number)[1] for number in invoices)
+    gapless = counters == list(range(1, len(counters) + 1))
+    stored = Invoice.objects.count()
+    print(
+        f"  invoices (gapless per year, in each save's atomic()): {len(invoices)} committed, "
+        f"{rolled_back} rolled back and their numbers taken again; "
+        f"{invoices[0] if invoices else '-'} .. {invoices[-1] if invoices else '-'}, "
+        f"gaps: {'none' if gapless else 'FOUND'}"
+    )
+    return gapless and stored == len(invoices)
 
 
 def run_sqlalchemy(data_dir: str, processes: int, orders: int) -> bool:

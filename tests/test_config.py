@@ -217,3 +217,24 @@ def test_the_settings_table_is_the_config_defaults() -> None:
         "batch_count": config.batch_count,
         "cycle": config.cycle,
     }
+
+
+def test_gapless_is_declared_on_the_config_and_kept_out_of_the_row() -> None:
+    """SequenceConfig(gapless=True) is validated like the other flags and never stored."""
+    from autoseq import GaplessUnavailable, SequenceRegistry, Serial
+    from autoseq.stores import MemoryStore
+
+    with pytest.raises(InvalidSequenceConfig, match="gapless must be True or False"):
+        SequenceConfig("g", gapless="yes")  # type: ignore[arg-type]
+    config = SequenceConfig("g", gapless=True)
+    assert "gapless" not in config.as_row()
+    assert SequenceConfig.from_row(config.as_row()).gapless is False
+    assert config.replace(name="h").gapless is True
+    # A registry serves blocks, which would leave gaps: it refuses a gapless config.
+    registry = SequenceRegistry(MemoryStore())
+    with pytest.raises(GaplessUnavailable, match="never served from a block"):
+        registry.register(config)
+    # Serial declares gapless on its config: one place says it.
+    serial = Serial(registry, "plain", "P{n}")
+    assert serial.config.gapless is False
+    assert serial.gapless is False

@@ -176,3 +176,45 @@ def test_six_processes_with_random_rollbacks_commit_exactly_one_to_k(
     assert 6 * 25 * 0.4 < len(counters) < 6 * 25
     assert counters == list(range(1, len(counters) + 1))
     assert len({pid for _, pid in rows}) == 6
+
+
+def test_each_value_is_one_statement_on_the_callers_connection(
+    store: SQLStore, engine: sa.Engine
+) -> None:
+    """Once the row exists, each gapless value costs the caller one statement, on every backend.
+
+    MariaDB has no UPDATE ... RETURNING: the new current comes back through
+    LAST_INSERT_ID(expr) in the UPDATE's own reply, not from a second read.
+    """
+    serial = Serial(store, "one", "O{n:04d}", gapless=True)
+    statements: list[str] = []
+
+    def note(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        statements.append(statement)
+
+    with engine.begin() as connection:
+        assert serial.next(connection) == "O0001"  # creates the row
+    sa.event.listen(engine, "before_cursor_execute", note)
+    try:
+        with engine.begin() as connection:
+            assert [serial.next(connection) for _ in range(3)] == ["O0002", "O0003", "O0004"]
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", note)
+    assert len(statements) == 3, statements
+
+
+def test_a_row_whose_step_changed_is_served_with_the_rows_step(
+    store: SQLStore, engine: sa.Engine
+) -> None:
+    """The one-statement take assumes the configured step; a row edited to another step is
+    still served by the row (its own step), one value or several at a time."""
+    serial = Serial(store, "st", "S{n}", gapless=True)
+    with engine.begin() as connection:
+        assert serial.next(connection) == "S1"
+    table = gapless.gapless_table(store, engine.dialect.name)
+    with engine.begin() as connection:
+        connection.execute(sa.update(table).where(table.c.name == "st").values(step=5, current=6))
+    with engine.begin() as connection:
+        assert serial.next(connection) == "S6"
+        assert serial.next_many(2, connection) == ["S11", "S16"]
+        assert serial.next(connection) == "S21"

@@ -69,6 +69,18 @@ def test_gapless_is_refused_with_the_reason() -> None:
         SerialField("G{n}", gapless=True)
 
 
+def test_a_gapless_sequence_field_is_refused_with_the_reason() -> None:
+    """SequenceField(gapless=True) is refused like SerialField's, never silently gappy;
+    a non-bool gapless is a configuration error."""
+    from autoseq_mongoengine import SequenceField
+
+    with pytest.raises(GaplessUnavailable, match="passes no session to pymongo"):
+        SequenceField(gapless=True)
+    with pytest.raises(InvalidSequenceConfig, match="gapless must be True or False"):
+        SequenceField(gapless="yes")
+    assert SequenceField(gapless=False).cycle is False
+
+
 def test_a_bad_template_is_refused_at_declaration() -> None:
     """A template without {n} raises InvalidSequenceConfig where the field is declared."""
     with pytest.raises(InvalidSequenceConfig, match=r"has no \{n\}"):

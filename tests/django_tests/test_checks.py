@@ -128,3 +128,52 @@ def test_project_checks_pass() -> None:
     """The test project's own models raise no autoseq error."""
     errors = [m for m in checks.run_checks() if m.id.startswith("autoseq.E")]
     assert errors == []
+
+
+def serial_field_errors(*arguments: Any, field: Any = None, **options: Any) -> list[str]:
+    """The check ids a SerialField (or ``field``) gets, on a throwaway model."""
+    from autoseq_django.fields import SerialField
+
+    with isolate_apps("django_tests.testapp"):
+
+        class Thing(models.Model):
+            code = field if field is not None else SerialField(*arguments, **options)
+
+            class Meta:
+                app_label = "testapp"
+
+        return [message.id for message in Thing._meta.get_field("code").check()]
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        ({"max_length": 10}, "autoseq.E012"),
+        ({"default": "X"}, "autoseq.E013"),
+        ({"cycle": True, "unique": True}, "autoseq.E015"),
+        ({"cycle": True, "primary_key": True}, "autoseq.E015"),
+    ],
+    ids=lambda value: str(value) if isinstance(value, str) else None,
+)
+def test_impossible_serial_field_configurations(options: dict[str, Any], expected: str) -> None:
+    """SerialField's own problems get their own ids, as SequenceField's do."""
+    assert expected in serial_field_errors("INV-{date:%Y}-{n:06d}", period="year", **options)
+
+
+def test_a_sound_serial_field_has_no_errors() -> None:
+    """A serial that fits its column, gapless on a database holding its sequences, passes."""
+    template = "INV-{date:%Y}-{n:06d}"
+    assert serial_field_errors(template, period="year", unique=True) == []
+    assert serial_field_errors(template, period="year", gapless=True) == []
+    assert serial_field_errors(template, period="year", max_length=15) == []
+    assert serial_field_errors(template, period="year", cycle=True) == []
+
+
+def test_gapless_fields_whose_sequences_live_elsewhere_are_errors() -> None:
+    """With AUTOSEQ DATABASE sending sequences to another database, gapless fields get E014
+    (their numbers could not share the row's transaction); block-served ones do not."""
+    with override_settings(AUTOSEQ={"DATABASE": "sqlite"}):
+        assert "autoseq.E014" in serial_field_errors("G{n}", gapless=True)
+        assert "autoseq.E014" in serial_field_errors(field=SequenceField(gapless=True))
+        assert serial_field_errors("G{n}") == []
+        assert serial_field_errors(field=SequenceField()) == []

@@ -28,3 +28,6 @@ def test_example_project_runs_clean() -> None:
     assert "duplicates found: 0" in result.stdout
     assert "/admin/autoseq/syssequence/ 200" in result.stdout
     assert "order_numbers" in result.stdout
+    assert "order references (daily serial, from blocks): 600" in result.stdout
+    assert "gaps: none" in result.stdout
+    assert "/admin/orders/invoice/ 200" in result.stdout

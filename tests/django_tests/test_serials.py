@@ -67,6 +67,20 @@ def test_gapless_rollback_gives_the_number_back(backend: str) -> None:
     assert counters(backend, Receipt, [r.number for r in bulk]) == [taken[0] + 2, taken[0] + 3]
 
 
+def test_a_gapless_save_costs_one_statement_beside_its_insert(backend: str) -> None:
+    """Once the row exists, a gapless create() runs the take and the INSERT, nothing else
+    (on MariaDB too, where the take used to be an UPDATE and a locking read)."""
+    from django.test.utils import CaptureQueriesContext
+
+    with transaction.atomic(using=backend):
+        Receipt.objects.using(backend).create()
+    with CaptureQueriesContext(connections[backend]) as queries, transaction.atomic(using=backend):
+        Receipt.objects.using(backend).create()
+    statements = [q["sql"] for q in queries.captured_queries]
+    statements = [sql for sql in statements if "SAVEPOINT" not in sql.upper()]
+    assert len(statements) == 2, statements
+
+
 @pytest.mark.autoseq_transaction
 def test_gapless_outside_atomic_is_refused(backend: str) -> None:
     """In autocommit, outside atomic(), a gapless save raises GaplessUnavailable."""
@@ -143,3 +157,69 @@ def test_gapless_key_row_created_for_a_table_with_rows_starts_past_them(backend:
         gapless._created.get(store, set()).discard(name)
     with transaction.atomic(using=backend):
         assert Voucher.objects.using(backend).create().pk == 100
+
+
+def test_a_gapless_sequence_field_declares_it_on_its_config() -> None:
+    """SequenceField(gapless=True) carries gapless on its SequenceConfig, where take() reads it."""
+    from autoseq import InvalidSequenceConfig
+    from autoseq_django.fields import SequenceField
+    from django_tests.testapp.models import Order
+
+    assert Voucher._meta.get_field("id").sequence_config.gapless is True
+    assert Order._meta.get_field("id").sequence_config.gapless is False
+    with pytest.raises(InvalidSequenceConfig, match="gapless must be True or False"):
+        SequenceField(gapless="yes")
+
+
+@pytest.mark.django_db(databases=["sqlite", "sqlite_seq"])
+def test_gapless_on_sqlite_with_sequences_in_the_companion_alias() -> None:
+    """AUTOSEQ DATABASE naming the SQLite file's companion (as the example project does):
+    gapless rows live in the file itself, so a gapless save works and has no E014."""
+    from django.test import override_settings
+
+    from autoseq_django.serials import gapless_problems
+
+    field = Receipt._meta.get_field("number")
+    with override_settings(AUTOSEQ={"DATABASE": "sqlite_seq"}):
+        with transaction.atomic(using="sqlite"):
+            first = Receipt.objects.using("sqlite").create()
+            second = Receipt.objects.using("sqlite").create()
+        assert counters("sqlite", Receipt, [second.number])[0] == (
+            counters("sqlite", Receipt, [first.number])[0] + 1
+        )
+        problems = gapless_problems(field, True, "SerialField")
+        flagged = {message.msg.split("database ")[1].split(",")[0] for message in problems}
+        assert not any("'sqlite'" in text for text in flagged), flagged
+
+
+@pytest.mark.autoseq_transaction
+def test_a_settings_change_is_seen_by_the_next_gapless_take(backend: str) -> None:
+    """What a take looks up once per connection is looked up again after AUTOSEQ changes:
+    sequences sent to another database refuse the next gapless save."""
+    from django.test import override_settings
+
+    if backend == "sqlite":
+        pytest.skip("the SQLite file's companion alias is allowed (see the test above)")
+    with transaction.atomic(using=backend):
+        Receipt.objects.using(backend).create()
+    with (
+        override_settings(AUTOSEQ={"DATABASE": "sqlite_seq"}),
+        pytest.raises(GaplessUnavailable, match="same transaction as the row"),
+        transaction.atomic(using=backend),
+    ):
+        Receipt.objects.using(backend).create()
+    with transaction.atomic(using=backend):
+        Receipt.objects.using(backend).create()
+
+
+@pytest.mark.autoseq_transaction
+def test_an_explicit_key_on_a_gapless_field_leaves_the_row_alone(backend: str) -> None:
+    """A key the user sets on a gapless SequenceField is kept; no block is reserved on the
+    gapless row to catch up past it, so the next taken key follows the last taken one."""
+    with transaction.atomic(using=backend):
+        first = Voucher.objects.using(backend).create()
+    with transaction.atomic(using=backend):
+        Voucher.objects.using(backend).create(id=first.id + 1000)
+    with transaction.atomic(using=backend):
+        second = Voucher.objects.using(backend).create()
+    assert second.id == first.id + 1
