@@ -61,10 +61,13 @@ def _settings_changed(setting: str, **kwargs: Any) -> None:
 def _connection_created(connection: Any, **kwargs: Any) -> None:
     from django.db.backends.base.base import NO_DB_ALIAS
 
+    from autoseq_django import sequences
+
+    # Its settings may have changed since it was last open (a test run
+    # renames its database): find locks the long way once more.
+    sequences.changed()
     if connection.alias == NO_DB_ALIAS:
         # Django is about to create or drop a (test) database: let go of ours.
-        from autoseq_django import sequences
-
         sequences.disconnect_servers()
     elif connection.vendor == "sqlite":
         from autoseq_django.sqlite import attach_companion

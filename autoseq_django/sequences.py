@@ -51,6 +51,20 @@ _registries: dict[str, SequenceRegistry] = {}
 _memory_stores: dict[str, SQLStore] = {}
 _urls: dict[tuple[Any, ...], str] = {}
 _guard = threading.Lock()
+# lock() by (id of the config, write alias): (generation, config, registry,
+# lock). Finding a lock the long way costs microseconds (the connection's
+# settings, the URL, the registry), which save() would pay on every row.
+_found: dict[tuple[int, str], tuple[int, SequenceConfig, SequenceRegistry, SequenceLock]] = {}
+# Bumped whenever what lock() finds may change: a reset (settings changed)
+# and a connection opened (a test run renames its database before reopening).
+_generation = 0
+
+
+def changed() -> None:
+    """Forget the locks :func:`lock` found: the settings or a connection changed."""
+    global _generation
+    _generation += 1
+    _found.clear()
 
 
 def sqlite_in_memory(name: object) -> bool:
@@ -185,17 +199,47 @@ def lock(config: SequenceConfig, write_alias: str) -> SequenceLock:
     With ``AUTO_CREATE`` a missing row is created from ``config``; without
     it ``SequenceNotFound`` says how to create it.
     """
+    key = (id(config), write_alias)
+    hit = _found.get(key)
+    if (
+        hit is not None
+        and hit[0] == _generation
+        and hit[1] is config
+        and hit[2].find(config.name) is hit[3]  # not discarded since (see forget)
+    ):
+        return hit[3]
+    generation = _generation
     sequence_alias = sequence_database(write_alias)
     found = registry(sequence_alias)
     if found.auto_create:
-        return found.register(config, floor=lambda: _columns_floor(config.name, sequence_alias))
+        served = found.register(config, floor=lambda: _columns_floor(config.name, sequence_alias))
+    else:
+        served = _get(found, config.name)
+    if _routing_is_fixed():
+        _found[key] = (generation, config, found, served)
+    return served
+
+
+def _routing_is_fixed() -> bool:
+    """Whether the routers' answer for ``SysSequence`` changes only with the settings.
+
+    Ours follows ``AUTOSEQ["DATABASE"]``; a project's router may answer
+    differently from one call to the next (per tenant, say), so with one,
+    every insert asks again.
+    """
+    from autoseq_django.routers import SequenceRouter
+
+    return all(type(candidate) is SequenceRouter for candidate in router.routers)
+
+
+def _get(found: SequenceRegistry, name: str) -> SequenceLock:
     try:
-        return found.get(config.name)
+        return found.get(name)
     except SequenceNotFound:
         raise SequenceNotFound(
-            config.name,
+            name,
             "create it with `manage.py autoseq create "
-            f"{config.name}` or set AUTOSEQ['AUTO_CREATE'] = True",
+            f"{name}` or set AUTOSEQ['AUTO_CREATE'] = True",
         ) from None
 
 
@@ -239,6 +283,7 @@ def reset() -> None:
     Private in-memory stores stay open for the next registry: their rows are
     the only record of what the in-memory database's rows were given.
     """
+    changed()
     with _guard:
         registries = list(_registries.values())
         _registries.clear()
