@@ -66,11 +66,13 @@ class BufferPolicy:
     a block should last at the rate values were taken lately; each
     reservation is sized for that (at most 16 times the previous size up,
     a quarter of it down), never below ``batch_count`` nor above
-    ``max_batch_count`` (``None``: :data:`DEFAULT_MAX_BATCH_COUNT`, Leaf's
-    ceiling of 1,000,000; equal to batch_count turns growth off). Larger
-    blocks mean fewer round trips, but a SIGKILLed process skips up to a
-    block's worth of values, and processes sharing a sequence interleave
-    in larger runs. ``grow_within`` / ``shrink_after`` are deprecated and
+    ``max_batch_count`` (``None``: :data:`DEFAULT_MAX_BATCH_COUNT`, 2**24,
+    about one reservation a second for a process taking values at full
+    speed; Leaf caps at 1,000,000; equal to batch_count turns growth off).
+    Larger blocks mean fewer round trips, but a SIGKILLed process skips
+    what it held, up to two blocks (the current one and the prefetched
+    one), and processes sharing a sequence interleave in runs of up to a
+    block. ``grow_within`` / ``shrink_after`` are deprecated and
     ignored (sizing by a multiple was replaced by sizing by time).
     ``retry_initial`` / ``retry_max``: back-off (seconds) after a failed
     reservation, during which an empty buffer fails fast. ``warn_share``:

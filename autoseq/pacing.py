@@ -8,9 +8,16 @@ from __future__ import annotations
 
 from autoseq.stores.base import Block
 
-#: The ceiling of adaptive block sizes when ``max_batch_count`` is None
-#: (Leaf's): at full speed in memory, a few reservations per second.
-DEFAULT_MAX_BATCH_COUNT = 1_000_000
+#: The ceiling of adaptive block sizes when ``max_batch_count`` is None:
+#: 2**24 (16,777,216) values. One process taking values at full speed in
+#: memory (about 15 million a second on a small machine) then makes about
+#: one reservation a second, where Leaf's ceiling of 1,000,000 made a dozen.
+#: The price of a larger block: a process killed without ``close()``
+#: (SIGKILL, a crash) skips what it held, up to two blocks (the current one
+#: and the one prefetched), and processes sharing a sequence interleave in
+#: runs of up to a block. Only a sequence taken that fast reaches it: blocks
+#: are sized to last ``block_seconds`` at the observed rate.
+DEFAULT_MAX_BATCH_COUNT = 2**24
 #: Per reservation, a block grows at most this many times and shrinks to no
 #: less than 1/_SHRINK of the previous one: a burst or a pause measured once
 #: does not swing the size all the way.
@@ -23,8 +30,11 @@ class BlockSizer:
 
     The rate is measured between reservations: the previous block's count
     over the time since it was reserved. Sizes are whole multiples of
-    ``floor`` (``batch_count``), never above ``ceiling``; with ``adaptive``
-    off (``batch=False``) the size stays where it started.
+    ``floor`` (``batch_count``), never above ``ceiling`` (the largest
+    multiple of ``floor`` not above it, when it is not one itself); with
+    ``adaptive`` off (``batch=False``) the size stays where it started.
+    From ``floor`` a size reaches the ceiling in a few reservations (16
+    times per step: 100 to 2**24 in five).
     """
 
     __slots__ = (
@@ -76,9 +86,12 @@ class BlockSizer:
         if not self.adaptive:
             return
         size = self.size
+        floor = self.floor
         wanted = min(max(rate * self.block_seconds, size / _SHRINK), size * _GROW, self.ceiling)
-        # Whole multiples of batch_count, as a fixed-size caller would get.
-        self.size = max(self.floor, -(-int(wanted) // self.floor) * self.floor)
+        # Whole multiples of batch_count, as a fixed-size caller would get;
+        # rounded up, except at a ceiling that is not one (rounded down).
+        top = self.ceiling // floor * floor
+        self.size = max(floor, min(-(-int(wanted) // floor) * floor, top))
 
 
 class Backoff:

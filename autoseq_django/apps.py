@@ -59,17 +59,19 @@ def _settings_changed(setting: str, **kwargs: Any) -> None:
 
 
 def _connection_created(connection: Any, **kwargs: Any) -> None:
+    from autoseq_django import sequences
     from autoseq_django._compat import NO_DB_ALIAS
     from autoseq_django.catchup import guard_inserts
 
+    # Its settings may have changed since it was last open (a test run
+    # renames its database): find locks the long way once more.
+    sequences.changed()
     if guard_inserts not in connection.execute_wrappers:
         # Permanent, unlike execute_wrapper(): an INSERT meeting a key another
         # process loaded drops the buffered block (see autoseq_django.catchup).
         connection.execute_wrappers.append(guard_inserts)
     if connection.alias == NO_DB_ALIAS:
         # Django is about to create or drop a (test) database: let go of ours.
-        from autoseq_django import sequences
-
         sequences.disconnect_servers()
     elif connection.vendor == "sqlite":
         from autoseq_django.sqlite import attach_companion

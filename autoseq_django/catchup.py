@@ -45,14 +45,21 @@ logger = logging.getLogger("autoseq_django")
 # and applied when that transaction commits or that thread takes its next
 # value. Another thread applying half of a statement's keys (the first rows
 # compiled so far) would move the sequence into the rest of them.
-_local = threading.local()
-
 #: The pending values of a thread, by (write alias, id(field)).
 _Pending = dict[tuple[str, int], tuple["SequenceField", str, int]]
 
 
+class _Local(threading.local):
+    # A class default: pending() runs before every take, and a missing
+    # attribute of a thread-local costs an AttributeError each time.
+    pending: _Pending | None = None
+
+
+_local = _Local()
+
+
 def _pending() -> _Pending:
-    found: _Pending | None = getattr(_local, "pending", None)
+    found = _local.pending
     if found is None:
         found = _local.pending = {}
     return found
@@ -81,7 +88,7 @@ def _keep(field: SequenceField, alias: str, value: int) -> bool:
 
 def pending() -> bool:
     """True when this thread noted a value still to apply (checked before each take)."""
-    return bool(getattr(_local, "pending", None))
+    return bool(_local.pending)
 
 
 def flush(sequence: str | None = None) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from django.core import checks
@@ -192,7 +193,7 @@ class SequenceField(_BigIntegerField):
                 catchup.flush(self.sequence_name)  # keys loaded meanwhile: move past them first
             lock = sequences.lock(config, using)
             values = [lock.next()] if count == 1 else lock.next_many(count)
-        top = max(values)
+        top = values[-1] if count == 1 else max(values)
         if top > self._known.get(using, _UNKNOWN):
             self._known[using] = top
         return values
@@ -250,22 +251,31 @@ class SequenceField(_BigIntegerField):
     def _fill(self, pending: _Pending, using: str) -> None:
         """Values for every row prepared with ``pending`` and every empty row of its statement."""
         attname = self.attname
-        missing: list[models.Model] = []
+        value_of = attrgetter(attname)
         unfilled = pending.unfilled
+        fresh = None  # the stand-in filled now; one a failed fill left behind is empty
+        missing: list[models.Model] = []
         if unfilled is not None and not unfilled.filled:
-            missing = [obj for obj in unfilled.instances if getattr(obj, attname) is unfilled]
+            fresh, instances = unfilled, unfilled.instances
             unfilled.filled = True
             unfilled.instances = []
-        seen = {id(obj) for obj in missing}
-        known = self._known.get(using, _UNKNOWN)
-        for obj in pending.objs or (pending.instance,):
-            value = getattr(obj, attname)
-            if (value is None or type(value) is _Unfilled) and id(obj) not in seen:
-                missing.append(obj)
-            elif type(value) is int and value > known and self.unique:
-                # Keys given in this very statement: the values taken below
-                # must pass them, not only the ones compiled so far.
-                catchup.note(self, using, value)
+            held = list(map(value_of, instances))  # one C loop, no call per row
+            if held.count(fresh) == len(held):
+                missing = instances
+            else:  # some were given a key or another stand-in since
+                pairs = zip(instances, held, strict=True)
+                missing = [obj for obj, value in pairs if value is fresh]
+        objs = pending.objs or (pending.instance,)
+        values = list(map(value_of, objs))
+        if fresh is None or values.count(fresh) != len(values):
+            known = self._known.get(using, _UNKNOWN)
+            for obj, value in zip(objs, values, strict=True):
+                if value is None or (type(value) is _Unfilled and value is not fresh):
+                    missing.append(obj)
+                elif type(value) is int and value > known and self.unique:
+                    # Keys given in this very statement: the values taken below
+                    # must pass them, not only the ones compiled so far.
+                    catchup.note(self, using, value)
         if missing:
             values = self.take(using, len(missing))
             for obj, value in zip(missing, values, strict=True):

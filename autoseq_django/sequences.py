@@ -51,6 +51,20 @@ _registries: RegistryCache[str] = RegistryCache()  # by the database's URL
 # they serve lives as long as the process, and so must the rows.
 _memory_stores: dict[str, SQLStore] = {}
 _urls: dict[tuple[Any, ...], str] = {}
+# lock() by (id of the config, write alias): (generation, config, registry,
+# lock). Finding a lock the long way costs microseconds (the connection's
+# settings, the URL, the registry), which save() would pay on every row.
+_found: dict[tuple[int, str], tuple[int, SequenceConfig, SequenceRegistry, SequenceLock]] = {}
+# Bumped whenever what lock() finds may change: a reset (settings changed)
+# and a connection opened (a test run renames its database before reopening).
+_generation = 0
+
+
+def changed() -> None:
+    """Forget the locks :func:`lock` found: the settings or a connection changed."""
+    global _generation
+    _generation += 1
+    _found.clear()
 
 
 def sqlite_in_memory(name: object) -> bool:
@@ -172,11 +186,8 @@ def _url_key(alias: str) -> str:
     return url
 
 
-_generation = 0
-
-
 def generation() -> int:
-    """Bumped by every :func:`reset`: what was looked up before it may be stale."""
+    """Bumped by :func:`reset` and :func:`changed`: what was looked up before may be stale."""
     return _generation
 
 
@@ -218,17 +229,47 @@ def lock(config: SequenceConfig, write_alias: str) -> SequenceLock:
     With ``AUTO_CREATE`` a missing row is created from ``config``; without
     it ``SequenceNotFound`` says how to create it.
     """
+    key = (id(config), write_alias)
+    hit = _found.get(key)
+    if (
+        hit is not None
+        and hit[0] == _generation
+        and hit[1] is config
+        and hit[2].find(config.name) is hit[3]  # not discarded since (see forget)
+    ):
+        return hit[3]
+    generation = _generation
     sequence_alias = sequence_database(write_alias)
     found = registry(sequence_alias)
     if found.auto_create:
-        return found.register(config, floor=lambda: _columns_floor(config.name, sequence_alias))
+        served = found.register(config, floor=lambda: _columns_floor(config.name, sequence_alias))
+    else:
+        served = _get(found, config.name)
+    if _routing_is_fixed():
+        _found[key] = (generation, config, found, served)
+    return served
+
+
+def _routing_is_fixed() -> bool:
+    """Whether the routers' answer for ``SysSequence`` changes only with the settings.
+
+    Ours follows ``AUTOSEQ["DATABASE"]``; a project's router may answer
+    differently from one call to the next (per tenant, say), so with one,
+    every insert asks again.
+    """
+    from autoseq_django.routers import SequenceRouter
+
+    return all(type(candidate) is SequenceRouter for candidate in router.routers)
+
+
+def _get(found: SequenceRegistry, name: str) -> SequenceLock:
     try:
-        return found.get(config.name)
+        return found.get(name)
     except SequenceNotFound:
         raise SequenceNotFound(
-            config.name,
+            name,
             "create it with `manage.py autoseq create "
-            f"{config.name}` or set AUTOSEQ['AUTO_CREATE'] = True",
+            f"{name}` or set AUTOSEQ['AUTO_CREATE'] = True",
         ) from None
 
 
@@ -270,10 +311,9 @@ def reset() -> None:
     Private in-memory stores stay open for the next registry: their rows are
     the only record of what the in-memory database's rows were given.
     """
-    global _generation
+    changed()
     registries = _registries.clear()
     _urls.clear()
-    _generation += 1
     kept = set(map(id, _memory_stores.values()))
     for found in registries:
         if id(found.store) not in kept:

@@ -160,6 +160,35 @@ def test_the_ceiling_caps_growth_and_fixed_sizing_never_moves() -> None:
     assert fixed.rate == pytest.approx(1000)
 
 
+def test_at_full_speed_the_default_ceiling_means_a_few_reservations_a_second() -> None:
+    """15M values/s reaches the 2**24 ceiling in five reservations, then about one a second."""
+    rate = 15_000_000.0  # one process calling next() in memory on a small machine
+    sizer = BlockSizer(100, adaptive=True, block_seconds=2.0, max_batch_count=None)
+    assert sizer.ceiling == DEFAULT_MAX_BATCH_COUNT == 2**24
+    now, count, sizes = 0.0, 100, []
+    for _ in range(20):
+        sizer.reserved(count, at=now)
+        sizes.append(sizer.size)
+        now += count / rate  # the block just reserved is used up at that rate
+        count = sizer.size
+    assert sizes.index(max(sizes)) <= 5
+    assert max(sizes) == 2**24 // 100 * 100  # a multiple of batch_count, not above the ceiling
+    steady = sizes[6:]
+    assert set(steady) == {max(sizes)}
+    assert rate / steady[0] <= 1.0  # reservations per second once warmed up
+
+
+def test_a_ceiling_that_is_not_a_multiple_of_batch_count_is_never_passed() -> None:
+    """max_batch_count=250 with batch_count=100 caps sizes at 200, never 300."""
+    sizer = BlockSizer(100, adaptive=True, block_seconds=60.0, max_batch_count=250)
+    sizer.reserved(100, at=0.0)
+    sizer.reserved(100, at=0.001)
+    assert sizer.size == 200
+    sizer.reserved(200, at=0.002)
+    assert sizer.size == 200
+    assert sizer.reservation(1) == 200
+
+
 def test_a_reservation_covers_the_shortfall_in_whole_blocks_and_the_bulk_buffer() -> None:
     """reservation() rounds up to whole blocks of the current size, at least one."""
     sizer = BlockSizer(100, adaptive=True, block_seconds=2.0, max_batch_count=None)

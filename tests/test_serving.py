@@ -223,14 +223,20 @@ def test_blocks_are_sized_to_last_block_seconds_at_the_observed_rate() -> None:
     assert all(b * 4 >= a for a, b in itertools.pairwise(sorted(set(seen), reverse=True)))
 
 
-def test_the_default_ceiling_is_a_million_and_batch_count_stays_the_floor() -> None:
-    """max_batch_count=None lets blocks reach DEFAULT_MAX_BATCH_COUNT, never below batch_count."""
+def test_the_default_ceiling_is_2_to_the_24_and_batch_count_stays_the_floor() -> None:
+    """max_batch_count=None: blocks reach DEFAULT_MAX_BATCH_COUNT, in multiples of batch_count."""
     from autoseq.lock import DEFAULT_MAX_BATCH_COUNT
 
+    top = DEFAULT_MAX_BATCH_COUNT // 100 * 100
     lock, _ = make(SequenceConfig("cap", batch_count=100), block_seconds=3600.0)
-    while lock.stats()["block_size"] < DEFAULT_MAX_BATCH_COUNT:
+    reservations = 0
+    while lock.stats()["block_size"] < top:
         lock.next_many(50_000)
-    assert lock.stats()["block_size"] == DEFAULT_MAX_BATCH_COUNT
+        reservations = lock.stats()["reservations"]
+    assert lock.stats()["block_size"] == top
+    assert reservations <= 6  # warmed up in a few reservations, 16x per step
+    lock.next_many(50_000)
+    assert lock.stats()["block_size"] == top
     lock.close()
     with pytest.warns(DeprecationWarning, match="block_seconds"):
         BufferPolicy(grow_within=60.0)

@@ -37,6 +37,7 @@ from autoseq import (
     maintenance,
 )
 from autoseq.errors import InvalidCount, InvalidStoredRow, ValueMovesBackward
+from autoseq.pacing import DEFAULT_MAX_BATCH_COUNT
 from autoseq.stores import Block, SequenceStore
 
 HOSTILE_NAMES = [
@@ -130,6 +131,25 @@ class StoreContract:
         assert block.last == MAX_VALUE - 1
         with pytest.raises(SequenceExhausted):
             store.reserve("big", 1)
+
+    def test_blocks_of_the_default_ceiling_are_exact(self, store: Any) -> None:
+        """Blocks of DEFAULT_MAX_BATCH_COUNT values are exact past 2**53, cut at end, and cycle."""
+        size = DEFAULT_MAX_BATCH_COUNT
+        start = 2**53 - size // 2  # a double cannot hold every value of this block
+        store.create(SequenceConfig("wide", start=start, step=7))
+        first = store.reserve("wide", size)
+        second = store.reserve("wide", size)
+        assert (first.first, first.last) == (start, start + (size - 1) * 7)
+        assert (second.first, second.last) == (first.last + 7, first.last + size * 7)
+        assert store.read("wide").current == second.last + 7
+        end = MAX_VALUE - 5
+        store.create(SequenceConfig("edge", start=end - size, end=end, step=3, cycle=True))
+        last = end - size + size // 3 * 3  # the last value on the grid, at or below end
+        near = store.reserve("edge", size)
+        assert (near.first, near.last) == (end - size, last)  # cut at end
+        wrapped = store.reserve("edge", size)
+        assert wrapped.cycled
+        assert (wrapped.first, wrapped.last) == (end - size, last)
 
     def test_update_changes_settings(self, store: Any) -> None:
         """update overwrites a row's settings; reservations follow them."""

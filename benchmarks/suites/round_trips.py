@@ -4,10 +4,16 @@ Each trial takes a fresh sequence, draws 100,000 values one way, and reads
 the store's own ``reservations`` counter; the ``block_reserved`` signal is
 counted beside it and must agree. Also checks issue 2's bound: a bulk of N
 values costs at most ceil(N / block) + 1 reservations, from any state.
+
+Then reservations per second: one thread calling ``next()`` at full speed
+on a memory store, counted after a warm-up, with the default ceiling of
+block sizes and with Leaf's 1,000,000 (the default before issue 16), side by
+side. Issue 16's target: at most a few reservations per second.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -15,6 +21,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from autoseq import BufferPolicy, SequenceConfig, SequenceLock, signals
+from autoseq.pacing import DEFAULT_MAX_BATCH_COUNT
 from autoseq.stores import MemoryStore, SQLStore
 from benchmarks.harness import Contender, Group, Sample, Unavailable, run_group, stopwatch
 from benchmarks.servers import BACKEND_LABELS, Context, unique_name
@@ -206,6 +213,78 @@ def bulk_bound(ctx: Context, store: Any, label: str) -> None:
     )
 
 
+def full_speed(seconds: float, warmup: float, policy: BufferPolicy | None = None) -> Sample:
+    """``next()`` in a bare loop for ``warmup`` + ``seconds``; reservations in the last part."""
+    store = MemoryStore()
+    name = unique_name("fast")
+    store.create(SequenceConfig(name))
+    lock = SequenceLock(name, store, policy=policy)
+    take = lock.next
+    clock = time.perf_counter
+    try:
+        started = clock()
+        while clock() - started < warmup:
+            for _ in itertools.repeat(None, 100_000):
+                take()
+        before, values, since = store.reservations, 0, clock()
+        while clock() - since < seconds:
+            for _ in itertools.repeat(None, 100_000):
+                take()
+            values += 100_000
+        elapsed = clock() - since
+        settle(lock)
+        reservations = store.reservations - before
+        size = lock.stats()["block_size"]
+    finally:
+        lock.close(release=False)
+    return Sample(
+        values,
+        elapsed,
+        {"reservations/s": reservations / elapsed, "block size": size},
+    )
+
+
+def full_speed_group(ctx: Context) -> Group:
+    seconds, warmup = ctx.n(3.0, 1.0), ctx.n(2.0, 0.5)
+    subject = f"autoseq next(), default ceiling {DEFAULT_MAX_BATCH_COUNT:,}"
+    before = "autoseq next(), ceiling 1,000,000 (Leaf's; the default before)"
+    group = Group(
+        "round_trips",
+        "reservations per second, one thread at full speed after warm-up (memory store)",
+        "reservations/s",
+        subject=subject,
+        metric="reservations/s",
+        higher_is_better=False,
+    )
+    run_group(
+        group,
+        [
+            Contender(subject, lambda: full_speed(seconds, warmup)),
+            Contender(
+                before,
+                lambda: full_speed(seconds, warmup, BufferPolicy(max_batch_count=1_000_000)),
+            ),
+        ],
+        repeats=ctx.n(3, 2),
+        warmup=False,
+        log=ctx.log,
+    )
+    group.notes.append(
+        f"counted over {seconds:g} s after {warmup:g} s of warm-up; block_seconds=2.0"
+    )
+    mine = group.get(subject)
+    if mine is not None and mine.samples:
+        worst = max(mine.values("reservations/s"))
+        ctx.check(
+            "issue 16: one process at full speed makes at most 3 reservations/s after warm-up",
+            worst <= 3.0,
+            f"{mine.median('reservations/s'):.2f}/s (worst {worst:.2f}) at "
+            f"{mine.median():,.0f} values/s; with the 1,000,000 ceiling "
+            f"{(group.get(before) or mine).median('reservations/s'):.2f}/s",
+        )
+    return group
+
+
 def run(ctx: Context) -> list[Group]:
     backends = ("memory", "sqlite", "postgres", "mysql")
-    return [reservations_group(ctx, backend) for backend in backends]
+    return [reservations_group(ctx, backend) for backend in backends] + [full_speed_group(ctx)]
