@@ -18,6 +18,7 @@ from datetime import datetime, tzinfo
 from typing import TYPE_CHECKING, Any
 
 from django.core import checks
+from django.core.exceptions import ImproperlyConfigured
 from django.db import models
 from django.db.models.fields import NOT_PROVIDED
 
@@ -203,11 +204,15 @@ def gapless_problems(field: models.Field[Any, Any], gapless: bool, kind: str) ->
     model = field.model
     problems = []
     for alias in sorted(settings.DATABASES):
-        if not router.allow_migrate_model(alias, model):
-            continue
-        holder = sequences.sequence_database(alias)
+        try:
+            if not router.allow_migrate_model(alias, model):
+                continue
+            holder = sequences.sequence_database(alias)
+            shared = shares_transaction(connections[alias])
+        except ImproperlyConfigured:
+            return []  # the AUTOSEQ settings are wrong: autoseq.E008 says how
         vendor = connections[alias].vendor
-        if not shares_transaction(connections[alias]):
+        if not shared:
             why = f"its sequences live in database {holder!r}, not {alias!r} where rows are written"
         elif vendor not in GAPLESS_VENDORS:
             why = f"database {alias!r} is {vendor}, which gapless numbering does not support"
