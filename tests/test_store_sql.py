@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import pytest
@@ -212,4 +213,32 @@ def test_driver_errors_become_store_unavailable_saying_what_and_why() -> None:
         assert caught.value.reason.startswith("OperationalError: ")
         assert caught.value.reason in str(caught.value)
         assert isinstance(caught.value.__cause__, sa.exc.OperationalError)
+    store.close()
+
+
+def test_a_column_dropped_by_another_connection_is_added_back(tmp_path: Any) -> None:
+    """A pooled SQLite connection whose schema predates the drop still adds the column.
+
+    SQLite checks ADD COLUMN against the connection's cached schema, so a
+    connection that last saw ``version`` refuses it as a duplicate until the
+    schema is read again (migration 0002 after a rollback to 0001 met this).
+    """
+    import sqlite3
+
+    store = SQLStore(f"sqlite:///{tmp_path / 'app.db'}")
+    store.create(SequenceConfig("kept", current=7))
+    with contextlib.ExitStack() as stack:
+        # Every pooled connection caches the schema: whichever one the
+        # upgrade is lent last saw the column.
+        for _ in range(store.engine.pool.size()):
+            connection = stack.enter_context(store.engine.connect())
+            connection.execute(sa.select(store.table.c.version)).all()
+            connection.rollback()
+    other = sqlite3.connect(store.engine.url.database or "", isolation_level=None)
+    other.execute("ALTER TABLE sys_sequence DROP COLUMN version")
+    other.close()
+    store.create_table()
+    row = store.read("kept")
+    assert row is not None
+    assert (row.current, row.version) == (7, 0)
     store.close()

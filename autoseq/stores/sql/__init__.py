@@ -224,10 +224,17 @@ class SQLStore:
                 quoted = self.engine.dialect.identifier_preparer.quote(self.table_name)
                 try:
                     with self._transaction() as connection:
-                        connection.exec_driver_sql(
-                            f"ALTER TABLE {quoted} ADD COLUMN version BIGINT NOT NULL DEFAULT 0"
-                        )
-                    log.info("added the version column to %s", self.table_name)
+                        # Look again on the connection that alters: SQLite
+                        # checks ADD COLUMN against that connection's cached
+                        # schema, which reading the columns refreshes (a
+                        # pooled connection may have last seen the column
+                        # before another one dropped it).
+                        present = sa.inspect(connection).get_columns(self.table_name)
+                        if "version" not in {column["name"] for column in present}:
+                            connection.exec_driver_sql(
+                                f"ALTER TABLE {quoted} ADD COLUMN version BIGINT NOT NULL DEFAULT 0"
+                            )
+                            log.info("added the version column to %s", self.table_name)
                 except DBAPIError:
                     # Another process or connection added it first. Ask with a
                     # statement, not the inspector: a statement checks the
