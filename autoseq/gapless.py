@@ -27,7 +27,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
-from autoseq.config import MAX_VALUE, SequenceConfig
+from autoseq.config import MAX_VALUE, SequenceConfig, utc_now
 from autoseq.errors import (
     GaplessUnavailable,
     ReservationConflict,
@@ -37,7 +37,7 @@ from autoseq.errors import (
 )
 from autoseq.registry import opening_row
 from autoseq.stores.base import check_count, plan_reservation
-from autoseq.stores.sql import SQLStore, _now, sequence_table
+from autoseq.stores.sql import SQLStore, sequence_table
 
 _statements: dict[tuple[sa.Table, str], tuple[Any, bool]] = {}
 _locked: dict[sa.Table, tuple[Any, Any]] = {}
@@ -315,11 +315,11 @@ def _guarded_statements(table: sa.Table, dialect: str) -> tuple[Any, bool]:
     return found
 
 
-_single: dict[tuple[sa.Table, str], Any] = {}
+_single: dict[tuple[sa.Table, str], tuple[Any, bool]] = {}
 
 
-def _single_statement(table: sa.Table, dialect: str) -> Any:
-    """The update taking one value of a row whose ``step`` is 1: the usual gapless take.
+def _single_statement(table: sa.Table, dialect: str) -> tuple[Any, bool]:
+    """The update taking one value of a row whose ``step`` is 1, and whether it returns its row.
 
     What :func:`autoseq.stores.base.plan_reservation` does for such a row,
     in short hand-written SQL (it is parsed and planned on every call,
@@ -351,9 +351,10 @@ def _single_statement(table: sa.Table, dialect: str) -> Any:
             f"WHERE {q('name')} = :seq_name AND {q('step')} = 1 AND {current} >= {q('start')} "
             f"AND {current} <= {end} AND {current} < {MAX_VALUE}"
         )
-        if dialect == "postgresql" or (dialect == "sqlite" and _sqlite_returns()):
+        returning = dialect == "postgresql" or (dialect == "sqlite" and _sqlite_returns())
+        if returning:
             sql += f" RETURNING {current}"
-        found = _single[key] = sa.text(sql)
+        found = _single[key] = (sa.text(sql), returning)
     return found
 
 
@@ -367,11 +368,10 @@ def _update_returning(
     run: Run, dialect: str, table: sa.Table, config: SequenceConfig, count: int
 ) -> list[int] | None:
     if count == 1 and config.step == 1:
-        update: Any = _single_statement(table, dialect)
-        returning = dialect == "postgresql" or (dialect == "sqlite" and _sqlite_returns())
+        update, returning = _single_statement(table, dialect)
         params: dict[str, Any] = {"seq_name": config.name}
         if dialect == "sqlite":
-            params["now"] = _now()
+            params["now"] = utc_now()
         rows, updated, last = run(update, params)
         if returning:
             return [int(rows[0]["current"]) - 1] if rows else None
@@ -381,7 +381,7 @@ def _update_returning(
     update, returning = _guarded_statements(table, dialect)
     params = {"seq_name": config.name, "count": count, "span": count - 1}
     if dialect == "sqlite":
-        params["now"] = _now()
+        params["now"] = utc_now()
     elif not returning:
         params["seq_step"] = config.step
     rows, updated, last = run(update, params)
@@ -439,7 +439,7 @@ def _update_locked(
                 config.name, "its row was deleted while in use; roll back and retry"
             )
         opening = opening_row(config, floor()) if floor is not None else config
-        values = opening.as_row() | {"updated_at": _now(), "version": 0}
+        values = opening.as_row() | {"updated_at": utc_now(), "version": 0}
         run(sa.insert(table).prefix_with("OR IGNORE").values(values), None)
         rows, _count, _last = run(select, name)
         if not rows:  # pragma: no cover - the insert above is in this transaction
@@ -448,7 +448,7 @@ def _update_locked(
     block, new_current = plan_reservation(SequenceConfig.from_row(row), count)
     if block.count < count:
         raise SequenceExhausted(config.name, block.last + block.step, block.row.end)
-    params = name | {"seen_version": row["version"], "new_current": new_current, "now": _now()}
+    params = name | {"seen_version": row["version"], "new_current": new_current, "now": utc_now()}
     _rows, updated, _last = run(update, params)
     if updated != 1:
         return None

@@ -21,7 +21,7 @@ from datetime import UTC, date, datetime, tzinfo
 from typing import Any
 
 from autoseq import _hooks
-from autoseq.config import MAX_VALUE, SequenceConfig, validate_name
+from autoseq.config import MAX_VALUE, SequenceConfig, utc_now, validate_name
 from autoseq.errors import AutoseqError, GaplessUnavailable, InvalidCount, InvalidSequenceConfig
 from autoseq.lock import SequenceLock
 from autoseq.registry import SequenceRegistry
@@ -279,7 +279,7 @@ class Serial:
         self.store = self.registry.store
         if self.gapless:
             _gapless_module(self.store, name)
-        self.clock = clock or _utc_now
+        self.clock = clock or utc_now
         self._configs: dict[date | None, SequenceConfig] = {}
         self._formats: dict[date | None, Callable[..., str]] = {}
         self._reset_state()
@@ -469,10 +469,6 @@ def _zone(tz: str | tzinfo) -> tzinfo:
             f"tz={tz!r} is not a known time zone; use an IANA name such as 'Europe/Paris' "
             "(install the tzdata package where the system has no zone database)"
         ) from None
-
-
-def _utc_now() -> datetime:
-    return datetime.now(UTC)
 
 
 _serials: weakref.WeakSet[Serial] = weakref.WeakSet()

@@ -74,7 +74,6 @@ __all__ = [
     "validate_table_name",
 ]
 
-_now = utc_now  # importable from here as before the split
 
 log = logging.getLogger("autoseq")
 
