@@ -294,10 +294,14 @@ def take_gapless_values(
                 f"{sequences.sequence_database(alias)!r}, not {alias!r} where the row is "
                 "written; a gapless number must be in the same transaction as the row"
             )
+        dialect = connection.vendor
+        if dialect not in GAPLESS_VENDORS:
+            raise GaplessUnavailable(
+                f"sequence {config.name!r} is gapless but database {alias!r} is {dialect}, "
+                "which gapless numbering does not support; use PostgreSQL, MariaDB/MySQL or "
+                "SQLite, or drop gapless=True"
+            )
         store = sequences.store(alias)
-        dialect = {"postgresql": "postgresql", "mysql": "mysql", "sqlite": "sqlite"}[
-            connection.vendor
-        ]
         plan = _plans[connection] = (settings, generation, store, dialect, _table(store, dialect))
     _settings, _generation, store, dialect, table = plan
     floor = None
