@@ -201,12 +201,13 @@ def take_with(
         # Before the caller's connection touches the table: a locking read
         # of a missing row takes a gap lock on MariaDB, and the store's own
         # insert would then wait on the caller's transaction forever.
+        # Only a missing row is created: inserting one that exists would
+        # wait on its lock, which this very transaction may hold (a store
+        # made anew does not know what an earlier one of the process took).
         known = _created.setdefault(store, set())
         if config.name not in known:
-            if floor is None or store.read(config.name) is not None:
-                store.create(config)
-            else:
-                store.create(opening_row(config, floor()))
+            if store.read(config.name) is None:
+                store.create(config if floor is None else opening_row(config, floor()))
             known.add(config.name)
     try:
         return _take_with(run, dialect, table, config, count, sqlite, floor)

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from backends import unique_table
 from sqlalchemy.orm import Session
 
-from autoseq import GaplessUnavailable, SequenceExhausted, Serial, gapless
+from autoseq import GaplessUnavailable, SequenceConfig, SequenceExhausted, Serial, gapless
 from autoseq.stores import SQLStore
 
 
@@ -218,3 +218,48 @@ def test_a_row_whose_step_changed_is_served_with_the_rows_step(
         assert serial.next(connection) == "S6"
         assert serial.next_many(2, connection) == ["S11", "S16"]
         assert serial.next(connection) == "S21"
+
+
+def test_a_second_store_on_the_same_database_does_not_wait_on_the_callers_lock(
+    store: SQLStore, engine: sa.Engine, db_url: str
+) -> None:
+    """A transaction holding a gapless row goes on through another store object of that database.
+
+    A store made anew (Django builds one after a settings change, an
+    application may build one per request) does not know the row exists;
+    creating it again on the store's own connection would wait on the row
+    lock the caller's transaction holds, that is on itself.
+    """
+    import threading
+
+    if db_url.startswith("sqlite"):
+        pytest.skip("SQLite gapless rows are created in the caller's transaction")
+    config = SequenceConfig("again")
+    other = SQLStore(db_url, table=store.table_name)
+    taken: list[list[int]] = []
+    errors: list[BaseException] = []
+    connection = engine.connect()
+    try:
+        connection.begin()
+        assert gapless.take(connection, store, config) == [1]
+
+        def second() -> None:
+            try:
+                taken.append(gapless.take(connection, other, config))
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+
+        worker = threading.Thread(target=second, daemon=True)
+        worker.start()
+        worker.join(10)
+        waited = worker.is_alive()
+        if waited:
+            connection.rollback()  # the lock goes: the worker can finish
+            worker.join(30)
+        assert not waited, "the second store waited on the caller's own row lock"
+        assert not errors, errors
+        assert taken == [[2]]
+        connection.commit()
+    finally:
+        connection.close()
+        other.close()

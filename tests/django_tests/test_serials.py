@@ -223,3 +223,25 @@ def test_an_explicit_key_on_a_gapless_field_leaves_the_row_alone(backend: str) -
     with transaction.atomic(using=backend):
         second = Voucher.objects.using(backend).create()
     assert second.id == first.id + 1
+
+
+@pytest.mark.autoseq_transaction
+@pytest.mark.timeout(120)
+def test_a_settings_change_inside_a_transaction_does_not_wait_on_its_own_lock(
+    backend: str,
+) -> None:
+    """After AUTOSEQ changes, a new store serves the same transaction's next gapless save.
+
+    The transaction holds the gapless row's lock from its first save; the
+    store built after the change must not try to create that row again
+    (which would wait on this transaction's own lock until a timeout).
+    """
+    from django.test import override_settings
+
+    with transaction.atomic(using=backend):
+        first = Receipt.objects.using(backend).create()
+        with override_settings(AUTOSEQ={"DEFAULTS": {"batch_count": 50}}):
+            second = Receipt.objects.using(backend).create()
+    assert counters(backend, Receipt, [second.number]) == [
+        counters(backend, Receipt, [first.number])[0] + 1
+    ]
