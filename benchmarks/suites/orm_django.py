@@ -153,7 +153,7 @@ def run(ctx: Context) -> list[Group]:
                 run_group(
                     group,
                     contenders,
-                    ctx.n(3, 2),
+                    ctx.n(7, 2),
                     warmup=False,
                     log=ctx.log,
                 )
