@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing
 import random
+import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -230,8 +231,6 @@ def test_a_second_store_on_the_same_database_does_not_wait_on_the_callers_lock(
     creating it again on the store's own connection would wait on the row
     lock the caller's transaction holds, that is on itself.
     """
-    import threading
-
     if db_url.startswith("sqlite"):
         pytest.skip("SQLite gapless rows are created in the caller's transaction")
     config = SequenceConfig("again")
