@@ -460,7 +460,7 @@ def _column_max(store: SequenceStore, table_name: str, column_name: str) -> int 
     import sqlalchemy as sa
     from sqlalchemy.exc import NoSuchTableError
 
-    from autoseq.stores.sql import validate_table_name
+    from autoseq.stores.sql import sync_driver_url, validate_table_name
 
     *schema, name = table_name.split(".")
     if len(schema) > 1:
@@ -475,7 +475,7 @@ def _column_max(store: SequenceStore, table_name: str, column_name: str) -> int 
         database = app_url.database or ""
         if database in ("", ":memory:") or not os.path.exists(database):
             raise UsageError(f"--url names no existing SQLite database file ({database!r})")
-    engine = sa.create_engine(app_url)
+    engine = sa.create_engine(sync_driver_url(app_url))  # asyncpg & co need an event loop
     try:
         try:
             table = sa.Table(

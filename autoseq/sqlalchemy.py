@@ -290,7 +290,11 @@ def _column_floor(engine: Engine, column: Column[Any], name: str) -> int | None:
         and spec.config_for(candidate).name == name
     ] or [column]
     top: int | None = None
-    reader = sa.create_engine(engine.url, poolclass=NullPool)
+    from autoseq.stores.sql import sync_driver_url
+
+    # The sync driver: an asyncio one (asyncpg) works only inside SQLAlchemy's
+    # greenlet, and this may run in a worker thread off the event loop.
+    reader = sa.create_engine(sync_driver_url(engine.url), poolclass=NullPool)
     try:
         with reader.connect() as connection:
             for user in users:

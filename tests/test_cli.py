@@ -210,6 +210,37 @@ def test_sync_of_an_empty_table_changes_nothing(cli: Cli, app_table: Callable[..
     assert cli.store.read("orders").current == 100
 
 
+def test_sync_reads_the_column_through_the_sync_driver_of_an_async_url(
+    cli: Cli, app_table: Callable[..., str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--url with an asyncio driver (asyncpg, aiosqlite...) reads max() through the sync one."""
+    from sqlalchemy.engine import make_url
+
+    url = make_url(cli.url)
+    driver = {"postgresql": "asyncpg", "mysql": "aiomysql", "sqlite": "aiosqlite"}
+    driver = driver[url.get_backend_name()]
+    pytest.importorskip(driver)
+    async_url = url.set(drivername=f"{url.get_backend_name()}+{driver}")
+    cli.run("create", "orders")
+    table = app_table([7, 700])
+    status = main(
+        [
+            "--url",
+            async_url.render_as_string(hide_password=False),
+            "--sequence-table",
+            cli.table,
+            "sync",
+            "orders",
+            "--table",
+            table,
+            "--column",
+            "id",
+        ]
+    )
+    assert status == 0, capsys.readouterr().err
+    assert cli.store.read("orders").current == 701
+
+
 # bad input -------------------------------------------------------------------------
 
 BAD_COMMANDS = [

@@ -233,3 +233,46 @@ def test_a_reservation_never_stalls_the_event_loop(db_url: str, path: str) -> No
     # benchmark running beside the suite).
     assert store.reservations >= 1
     assert max(gaps) < 1.0, f"the event loop stalled for {max(gaps):.2f} s"
+
+
+@pytest.mark.parametrize("path", ["add_all", "core"])
+def test_a_sequence_made_on_an_async_engine_starts_past_the_keys_already_there(
+    db_url: str, path: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The row created on first use starts past max(): read through the sync driver.
+
+    The floor used to be read with the application's async driver outside
+    any greenlet: it failed (logged), the row started at 1, and the next
+    insert repeated a key already in the table.
+    """
+    if make_url(db_url).database in (None, "", ":memory:"):
+        pytest.skip("a private in-memory database cannot be read from another connection")
+    store = SQLStore(db_url, table=unique_table("sys"))
+
+    async def body(engine: Any, Order: Any, _base: Any) -> None:
+        async with engine.begin() as connection:  # rows from before autoseq, keys set by hand
+            await connection.execute(
+                sa.insert(Order.__table__), [{"id": i, "name": "old"} for i in range(1, 41)]
+            )
+        maker = async_sessionmaker(engine, expire_on_commit=False)
+        install(maker, store=store)
+        try:
+            if path == "add_all":
+                async with maker() as session:
+                    session.add_all([Order(name="new") for _ in range(5)])
+                    await session.commit()
+            else:
+                async with engine.begin() as connection:
+                    await connection.execute(sa.insert(Order.__table__), [{"name": "new"}] * 5)
+        finally:
+            uninstall(maker)
+        async with engine.connect() as connection:
+            result = await connection.execute(
+                sa.select(Order.id).where(Order.name == "new").order_by(Order.id)
+            )
+            new = list(result.scalars())
+        assert len(new) == 5
+        assert min(new) > 40, f"keys {new} repeat ones already in the table"
+
+    run(db_url, body)
+    assert "could not read max()" not in caplog.text

@@ -58,6 +58,7 @@ from autoseq.stores.sql._urls import (
     MissingDriver,
     check_driver,
     store_url,
+    sync_driver_url,
 )
 from autoseq.stores.sql._watchdog import SocketWatch
 from autoseq.stores.sql._watchdog import _Watchdog as _Watchdog
@@ -71,6 +72,7 @@ __all__ = [
     "check_driver",
     "sequence_table",
     "store_url",
+    "sync_driver_url",
     "validate_table_name",
 ]
 

@@ -64,14 +64,25 @@ def check_driver(app_url: URL | str) -> None:
         ) from exc
 
 
+def sync_driver_url(url: URL) -> URL:
+    """``url`` with an asyncio driver swapped for its sync counterpart (``SYNC_DRIVERS``).
+
+    For what autoseq reads or writes outside the application's event loop
+    (a reservation, the ``max()`` of the keys a new row must start past):
+    an asyncio driver can only run inside SQLAlchemy's greenlet.
+    """
+    sync_driver = SYNC_DRIVERS.get(url.get_driver_name())
+    if sync_driver is None:
+        return url
+    return url.set(drivername=f"{url.get_backend_name()}+{sync_driver}")
+
+
 def store_url(url: URL) -> tuple[URL, bool]:
     """Where the store keeps its table for an application URL; True when private memory.
 
     An asyncio driver is swapped for its sync counterpart (``SYNC_DRIVERS``).
     """
-    sync_driver = SYNC_DRIVERS.get(url.get_driver_name())
-    if sync_driver is not None:
-        url = url.set(drivername=f"{url.get_backend_name()}+{sync_driver}")
+    url = sync_driver_url(url)
     if url.get_backend_name() != "sqlite":
         return url, False
     database = url.database or ""
