@@ -115,17 +115,28 @@ class SequenceSpec:
             cycle=self.cycle,
         )
 
-    def config_for(self, column: Column[Any]) -> SequenceConfig:
-        """The ``sys_sequence`` row this column's values come from."""
+    def name_for(self, column: Column[Any]) -> str:
+        """The name of the sequence this column's values come from."""
         if self.sequence is not None:
-            return self._config(self.sequence)
+            return self.sequence
         table = getattr(column, "table", None)
         if table is None:
             raise InvalidSequenceConfig(
                 f"column {column.key!r} is not attached to a table, so its sequence "
                 "cannot default to the table name; pass sequence='name'"
             )
-        return self._config(str(table.name))
+        return str(table.name)
+
+    def config_for(self, column: Column[Any]) -> SequenceConfig:
+        """The ``sys_sequence`` row this column's values come from."""
+        return _spec_config(self, self.name_for(column))
+
+
+@functools.lru_cache(maxsize=4096)
+def _spec_config(spec: SequenceSpec, name: str) -> SequenceConfig:
+    # Asked on every flush: a SequenceConfig validates all its settings when
+    # built, which cost more than the rest of the listener (both are frozen).
+    return spec._config(name)
 
 
 def SequenceField(
@@ -391,6 +402,10 @@ def uninstall(target: Any) -> None:
         _engine_installs.pop(_engine_of(target), None)
 
 
+#: Per async_sessionmaker, the sessionmaker standing for it on the sync side.
+_async_makers: weakref.WeakKeyDictionary[Any, sessionmaker[Session]] = weakref.WeakKeyDictionary()
+
+
 def _sync_side(target: Any) -> Any:
     """What an asyncio target stands for on the sync side, where SQLAlchemy fires events.
 
@@ -405,11 +420,19 @@ def _sync_side(target: Any) -> Any:
         target = target.session_factory
         kind = type(target).__name__
     if kind == "async_sessionmaker":
-        bind = target.kw.get("bind")
-        return sessionmaker(
-            bind=_sync_side(bind),
-            class_=target.kw.get("sync_session_class") or target.class_.sync_session_class,
-        )
+        bind = _sync_side(target.kw.get("bind"))
+        made = _async_makers.get(target)
+        if made is None:
+            base = target.kw.get("sync_session_class") or target.class_.sync_session_class
+            made = sessionmaker(bind=bind, class_=base)
+            # The maker's sessions run this very class from now on (sessionmaker
+            # makes one of its own), so an installation on the maker covers them
+            # and no other maker's: they would otherwise be plain Sessions.
+            target.kw["sync_session_class"] = made.class_
+            _async_makers[target] = made
+        else:
+            made.configure(bind=bind)
+        return made
     sync_class = getattr(target, "sync_session_class", None) if isinstance(target, type) else None
     if isinstance(sync_class, type):
         return sync_class  # AsyncSession or a subclass
@@ -489,7 +512,7 @@ class _SequenceTarget(Target):
     def name_of(cls, column: Column[Any]) -> str:
         spec = sequence_spec(column)
         assert spec is not None
-        return spec.config_for(column).name
+        return spec.name_for(column)
 
     def resolve(self) -> SequenceLock:
         assert self.installation is not None

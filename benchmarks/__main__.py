@@ -21,6 +21,7 @@ SUITES = (
     "tail_latency",
     "per_value",
     "orm_sqlalchemy",
+    "asyncio_loop",
     "orm_django",
     "orm_mongoengine",
     "serials",

@@ -18,7 +18,7 @@ from backends import unique_table
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from autoseq import SequenceRegistry
+from autoseq import AutoseqError, SequenceRegistry
 from autoseq.sqlalchemy import SequenceField, close_registries, get_registry, install, uninstall
 from autoseq.stores.sql import SQLStore, store_url
 
@@ -276,3 +276,43 @@ def test_a_sequence_made_on_an_async_engine_starts_past_the_keys_already_there(
 
     run(db_url, body)
     assert "could not read max()" not in caplog.text
+
+
+def test_each_async_sessionmaker_is_served_by_its_own_installation(db_url: str) -> None:
+    """Two async_sessionmakers on one engine, installed with two registries: each keeps its own.
+
+    An async maker's sessions run a plain sync ``Session``, which the
+    maker-level installation used not to cover: both makers fell back to
+    the engine's (the first one installed) and the second registry was
+    silently never used.
+    """
+    first = SequenceRegistry(SQLStore(db_url, table=unique_table("sys")))
+    second = SequenceRegistry(SQLStore(db_url, table=unique_table("sys")))
+
+    async def body(engine: Any, Order: Any, _base: Any) -> None:
+        one = async_sessionmaker(engine, expire_on_commit=False)
+        two = async_sessionmaker(engine, expire_on_commit=False)
+        install(one, registry=first)
+        install(two, registry=second)
+        try:
+            for maker, registry in ((one, first), (two, second)):
+                async with maker() as session:
+                    assert get_registry(session) is registry
+                    session.add_all([Order(name="x") for _ in range(3)])
+                    await session.commit()
+            assert first.store.read(Order.__tablename__) is not None
+            assert second.store.read(Order.__tablename__) is not None
+        finally:
+            uninstall(one)
+            uninstall(two)
+        async with AsyncSession(engine) as session:
+            with pytest.raises(AutoseqError):
+                get_registry(session)
+
+    try:
+        run(db_url, body)
+    finally:
+        for registry in (first, second):
+            registry.close()
+            registry.store.drop_table()
+            registry.store.close()
