@@ -291,6 +291,8 @@ def _column_floor(engine: Engine, column: Column[Any], name: str) -> int | None:
     created yet counts as empty; a private in-memory SQLite database cannot
     be read from another connection and is skipped (its rows vanish with it).
     """
+    from autoseq.stores.sql import sync_driver_url
+
     if engine.dialect.name == "sqlite" and (engine.url.database or ":memory:") == ":memory:":
         return None
     users = [
@@ -301,8 +303,6 @@ def _column_floor(engine: Engine, column: Column[Any], name: str) -> int | None:
         and spec.config_for(candidate).name == name
     ] or [column]
     top: int | None = None
-    from autoseq.stores.sql import sync_driver_url
-
     # The sync driver: an asyncio one (asyncpg) works only inside SQLAlchemy's
     # greenlet, and this may run in a worker thread off the event loop.
     reader = sa.create_engine(sync_driver_url(engine.url), poolclass=NullPool)

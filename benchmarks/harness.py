@@ -112,6 +112,18 @@ class Group:
             return None
         return statistics.median(ratios), min(ratios), max(ratios)
 
+    def view(self, title: str, unit: str, metric: str, *, higher_is_better: bool) -> Group:
+        """The same trials judged by another ``metric`` (a counter, or ``"rate"``), as a group."""
+        return Group(
+            self.suite,
+            title,
+            unit,
+            subject=self.subject,
+            metric=metric,
+            higher_is_better=higher_is_better,
+            series=[Series(s.name, s.samples, s.unavailable, s.note) for s in self.series],
+        )
+
     def as_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "suite": self.suite,

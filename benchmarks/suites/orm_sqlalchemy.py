@@ -118,30 +118,13 @@ class Setup:
         integration.install(self.Session, store=self.store)
         self.integration = integration
 
-    def empty(self, model: Any) -> None:
-        import sqlalchemy as sa
-
-        with self.engine.begin() as connection:
-            connection.execute(sa.delete(model.__table__))
-
-    def verify(self, model: Any, n: int) -> None:
-        import sqlalchemy as sa
-
-        table = model.__table__
-        with self.engine.connect() as connection:
-            rows, keys = connection.execute(
-                sa.select(sa.func.count(), sa.func.count(sa.distinct(table.c.id)))
-            ).one()
-        if rows != n or keys != n:
-            raise AssertionError(f"{table.name}: {rows} rows, {keys} distinct keys, expected {n}")
-
     def trial(self, model: Any, n: int, insert: Callable[[Any, Any, int], None]) -> Sample:
-        self.empty(model)
+        empty(self.engine, model)
         before = self.store.reservations
         with stopwatch() as elapsed:
             insert(self.Session, model, n)
         reservations = self.store.reservations - before
-        self.verify(model, n)
+        verify(self.engine, model, n)
         return Sample(n, elapsed[0], {"reservations": reservations})
 
     def close(self) -> None:
@@ -151,6 +134,27 @@ class Setup:
         self.store.drop_table()
         self.store.close()
         self.engine.dispose()
+
+
+def empty(engine: Any, model: Any) -> None:
+    """Delete every row of ``model``'s table (untimed, before a trial)."""
+    import sqlalchemy as sa
+
+    with engine.begin() as connection:
+        connection.execute(sa.delete(model.__table__))
+
+
+def verify(engine: Any, model: Any, n: int) -> None:
+    """Raise unless ``model``'s table holds ``n`` rows with ``n`` distinct ``id`` keys."""
+    import sqlalchemy as sa
+
+    table = model.__table__
+    with engine.connect() as connection:
+        rows, keys = connection.execute(
+            sa.select(sa.func.count(), sa.func.count(sa.distinct(table.c.id)))
+        ).one()
+    if rows != n or keys != n:
+        raise AssertionError(f"{table.name}: {rows} rows, {keys} distinct keys, expected {n}")
 
 
 def _fields(model: Any, i: int) -> dict[str, Any]:

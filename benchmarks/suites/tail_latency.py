@@ -16,7 +16,7 @@ import time
 from autoseq import BufferPolicy, SequenceConfig, SequenceLock
 from autoseq.stores import MemoryStore
 from autoseq.testing import FlakyStore
-from benchmarks.harness import Contender, Group, Sample, Series, percentile, run_group
+from benchmarks.harness import Contender, Group, Sample, percentile, run_group
 from benchmarks.servers import Context, unique_name
 
 DELAY = 0.020
@@ -106,14 +106,11 @@ def run(ctx: Context) -> list[Group]:
     groups = [headline]
     for metric in ("p50 µs", "p99 µs", "max µs"):
         groups.append(
-            Group(
-                "tail_latency",
+            headline.view(
                 f"next() latency {metric.split()[0]}, store delayed 20 ms per reservation",
                 "µs",
-                subject=WITH,
-                metric=metric,
+                metric,
                 higher_is_better=False,
-                series=[Series(s.name, s.samples, s.unavailable, s.note) for s in headline.series],
             )
         )
     with_series = headline.get(WITH)
