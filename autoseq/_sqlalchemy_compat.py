@@ -21,7 +21,6 @@ from typing import Any
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.engine.default import DefaultExecutionContext
 from sqlalchemy.orm import Mapper, ORMExecuteState, Session
-from sqlalchemy.orm.attributes import instance_state
 from sqlalchemy.orm.state import InstanceState
 from sqlalchemy.sql.dml import Insert
 from sqlalchemy.util.concurrency import await_only, in_greenlet
@@ -84,15 +83,16 @@ def pending_states(session: Session) -> Iterator[InstanceState[Any]]:
     """The states of ``session.new`` in the order they were added (``insert_order``).
 
     Keys are handed out in that order, so they ascend as the rows were
-    added. ``InstanceState.insert_order`` is semi-private; ``state.dict`` and
+    added. ``InstanceState.insert_order`` is semi-private, and so is
+    ``Session._new`` (read instead of ``session.new``, which builds an
+    ``IdentitySet`` of the objects on every flush); ``state.dict`` and
     ``state.mapper`` are public.
     """
-    return iter(
-        sorted(
-            (instance_state(obj) for obj in session.new),
-            key=lambda state: state.insert_order or 0,
-        )
-    )
+    return iter(sorted(session._new, key=_insert_order))
+
+
+def _insert_order(state: InstanceState[Any]) -> int:
+    return state.insert_order or 0
 
 
 def replace_parameters(state: ORMExecuteState, parameters: Any) -> None:

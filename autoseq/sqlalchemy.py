@@ -671,51 +671,100 @@ _orm_insert: contextvars.ContextVar[_OrmInsert | None] = contextvars.ContextVar(
 )
 
 
+class _Slots:
+    """One generated column of one mapper in a flush: the rows that lack its value."""
+
+    __slots__ = ("column", "engine", "installation", "key", "kind", "rows")
+
+    def __init__(
+        self,
+        found: _Found,
+        engine: Engine,
+        installation: _Installation,
+    ) -> None:
+        self.key, self.column, self.kind = found
+        self.engine = engine
+        self.installation = installation
+        self.rows: list[dict[str, Any]] = []
+
+
+def _flush_plan(session: Session, mapper: Mapper[Any]) -> list[_Slots] | None:
+    """The generated columns of ``mapper`` this session fills; None when there are none."""
+    found = _mapper_columns(mapper)
+    if not found:
+        return None
+    engine = _engine_of(session.get_bind(mapper=mapper))
+    installation = _for_session(session, engine)
+    if installation is None:
+        return None  # not ours to fill; the column default will say so
+    return [_Slots(f, engine, installation) for f in found]
+
+
 def _before_flush(session: Session, _flush: UOWTransaction, _instances: object) -> None:
-    wanted: dict[int, tuple[Target, Mapper[Any], list[tuple[dict[str, Any], str]]]] = {}
-    binds: dict[Mapper[Any], tuple[Engine, _Installation | None]] = {}
-    # Resolved once per flush, on the first row that needs a value: building
-    # the target and looking its generator up per row would cost every add_all.
-    targets: dict[tuple[Mapper[Any], str], Target] = {}
-    found_of: dict[Mapper[Any], list[_Found]] = {}
+    # Per row only what must be per row: read the key, note the row when it
+    # is missing. Generators are resolved after, once per column that needs
+    # values (rows that all carry explicit values cost no round trip).
+    plans: dict[Mapper[Any], list[_Slots] | None] = {}
     for state in compat.pending_states(session):
         mapper = state.mapper
-        found = found_of.get(mapper)
-        if found is None:
-            found = found_of[mapper] = _mapper_columns(mapper)
-        if not found:
+        try:
+            plan = plans[mapper]
+        except KeyError:
+            plan = plans[mapper] = _flush_plan(session, mapper)
+        if plan is None:
             continue
-        if mapper not in binds:
-            engine = _engine_of(session.get_bind(mapper=mapper))
-            binds[mapper] = (engine, _for_session(session, engine))
-        engine, installation = binds[mapper]
-        if installation is None:
-            continue  # not ours to fill; the column default will say so
         values = state.dict
-        for key, column, kind in found:
-            value = values.get(key)
-            if value is not None:
-                kind.check_explicit(value, column)
-                continue
-            target = targets.get((mapper, key))
-            if target is None:
-                target = targets[mapper, key] = kind(key, column, installation, engine)
-            # One take per generator per flush, even when models share it.
-            wanted.setdefault(id(target.source()), (target, mapper, []))[2].append((values, key))
-    for target, mapper, slots in sorted(
-        wanted.values(), key=lambda item: type(item[0]).name_of(item[0].column)
-    ):
+        for slots in plan:
+            value = values.get(slots.key)
+            if value is None:
+                slots.rows.append(values)
+            else:
+                slots.kind.check_explicit(value, slots.column)
+    # One take per generator per flush, even when models share it.
+    wanted: dict[int, list[tuple[Target, Mapper[Any], _Slots]]] = {}
+    for mapper, plan in plans.items():
+        for slots in plan or ():
+            if slots.rows:
+                target = slots.kind(slots.key, slots.column, slots.installation, slots.engine)
+                wanted.setdefault(id(target.source()), []).append((target, mapper, slots))
+    groups = list(wanted.values())
+    if len(groups) > 1:
+        # Gapless values are taken in one order (by name) by every writer.
+        groups.sort(key=lambda members: type(members[0][0]).name_of(members[0][0].column))
+    for members in groups:
+        target, mapper, slots = members[0]
         connection = (
             session.connection(bind_arguments={"mapper": mapper})
             if type(target).in_transaction(target.column)
             else None
         )
-        # Straight into the pending object's dict, which the INSERT reads:
-        # a key is not a change to track (setattr's events and history cost
-        # more than the rest of this listener).
-        taken = target.take(len(slots), connection)
-        for (row, key), value in zip(slots, taken, strict=True):
+        if len(members) == 1:
+            # Straight into the pending object's dict, which the INSERT reads:
+            # a key is not a change to track (setattr's events and history cost
+            # more than the rest of this listener).
+            key, rows = slots.key, slots.rows
+            for row, value in zip(rows, target.take(len(rows), connection), strict=True):
+                row[key] = value
+            continue
+        # Models sharing a generator: their rows get values in the order added.
+        pairs = _shared_in_order(session, members)
+        for (row, key), value in zip(pairs, target.take(len(pairs), connection), strict=True):
             row[key] = value
+
+
+def _shared_in_order(
+    session: Session, members: list[tuple[Target, Mapper[Any], _Slots]]
+) -> list[tuple[dict[str, Any], str]]:
+    """The rows of several columns that share a generator, in the order they were added."""
+    keys: dict[int, list[str]] = {}  # a model may have two columns on one generator
+    for _target, _mapper, slots in members:
+        for row in slots.rows:
+            keys.setdefault(id(row), []).append(slots.key)
+    pairs: list[tuple[dict[str, Any], str]] = []
+    for state in compat.pending_states(session):
+        row = state.dict
+        pairs.extend((row, key) for key in keys.get(id(row), ()))
+    return pairs
 
 
 def _do_orm_execute(state: ORMExecuteState) -> Result[Any] | None:
@@ -835,10 +884,11 @@ def _column_default(context: DefaultExecutionContext) -> Any:
 
 
 def _lock(installation: _Installation, bind: Engine | Connection, column: Any) -> SequenceLock:
+    # A lock set up already is one dict lookup away (every flush after the first).
+    known = installation.known_lock(bind, column)
+    if known is not None:
+        return known
     if compat.in_greenlet():
-        known = installation.known_lock(bind, column)
-        if known is not None:
-            return known
         return _off_the_loop(installation.lock_for, bind, column)
     return installation.lock_for(bind, column)
 

@@ -191,6 +191,61 @@ def test_add_and_flush_assigns_values_in_order(setup: Setup) -> None:
     assert sorted(setup.rows()) == [(1, 1, "o0"), (2, 11, "o1"), (3, 21, "o2")]
 
 
+def test_models_sharing_a_sequence_get_values_in_the_order_added(
+    db_url: str, reserved: list[dict[str, Any]]
+) -> None:
+    """Two models, and two columns of one model, on one sequence: one take per flush,
+    values ascending in the order the rows were added, whatever their model."""
+    shared = unique_table("shared")
+
+    class Base(DeclarativeBase):
+        pass
+
+    class Invoice(Base):
+        __tablename__ = unique_table("invoices")
+        id: Mapped[int] = SequenceField(primary_key=True, sequence=shared)
+        name: Mapped[str] = mapped_column(sa.String(40), default="")
+
+    class Refund(Base):
+        __tablename__ = unique_table("refunds")
+        id: Mapped[int] = SequenceField(primary_key=True, sequence=shared)
+        ref: Mapped[int] = SequenceField(sequence=shared)
+        name: Mapped[str] = mapped_column(sa.String(40), default="")
+
+    engine = make_engine(db_url)
+    Base.metadata.create_all(engine)
+    store = SQLStore(db_url, table=unique_table("sys"))
+    registry = SequenceRegistry(store)
+    maker = sessionmaker(engine)
+    install(maker, registry=registry)
+    try:
+        with maker() as session:
+            rows: list[Any] = []
+            for i in range(6):
+                rows.append((Invoice if i % 2 == 0 else Refund)(name=f"r{i}"))
+            rows.insert(3, Refund(name="given", ref=BIG))  # an explicit value is kept
+            session.add_all(rows)
+            session.commit()
+            got = [(type(r).__name__, r.id, getattr(r, "ref", None)) for r in rows]
+        assert got == [
+            ("Invoice", 1, None),
+            ("Refund", 2, 3),
+            ("Invoice", 4, None),
+            ("Refund", 5, BIG),
+            ("Refund", 6, 7),
+            ("Invoice", 8, None),
+            ("Refund", 9, 10),
+        ]
+        assert on_demand(reserved, shared) == 1
+    finally:
+        uninstall(maker)
+        registry.close(release=False)
+        store.drop_table()
+        store.close()
+        Base.metadata.drop_all(engine)
+        engine.dispose()
+
+
 def test_add_all_of_thousands_costs_one_reservation_per_sequence(
     setup: Setup, reserved: list[dict[str, Any]]
 ) -> None:
