@@ -240,11 +240,18 @@ class SequenceField(_BigIntegerField):
         if type(value) is int:  # the common case in a bulk: skip the generic chain
             if value > self._known.get(connection.alias, _UNKNOWN) and self.unique:
                 catchup.note(self, connection.alias, value)  # a key the sequence did not give
+            if self.primary_key:
+                # Bound as the plain int, as BigAutoField binds its keys; any
+                # other column as BigIntegerField (on psycopg 3 an Int8
+                # wrapper: one more object per row, a slower array dump).
+                return value
             return connection.ops.adapt_integerfield_value(value, "BigIntegerField")
         if isinstance(value, _Pending):
             self._fill(value, connection.alias)
             value = getattr(value.instance, self.attname)
             if type(value) is int:  # as above, so a bulk's values all have one type
+                if self.primary_key:
+                    return value
                 return connection.ops.adapt_integerfield_value(value, "BigIntegerField")
         return super().get_db_prep_save(value, connection)
 
