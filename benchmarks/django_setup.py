@@ -168,6 +168,22 @@ def create_table(model: Any, using: str) -> None:
         editor.create_model(model)
 
 
+def empty_table(model: Any, using: str) -> None:
+    """Empty ``model``'s table (untimed, before a trial): ``TRUNCATE`` on the servers.
+
+    Every trial then writes into a fresh table and index, not into one
+    holding the last trial's dead rows until a vacuum; SQLite's ``DELETE``
+    without ``WHERE`` already empties the file's pages.
+    """
+    from django.db import connections
+
+    connection = connections[using]
+    table = connection.ops.quote_name(model._meta.db_table)
+    verb = "DELETE FROM" if connection.vendor == "sqlite" else "TRUNCATE TABLE"
+    with connection.cursor() as cursor:
+        cursor.execute(f"{verb} {table}")
+
+
 def drop_table(model: Any, using: str) -> None:
     from django.db import connections
 

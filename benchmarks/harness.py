@@ -218,8 +218,16 @@ def run_group(
         # Rotate the order so no contender always runs first (cold) or last.
         shift = repeat % len(live) if live else 0
         for contender in live[shift:] + live[:shift]:
+            # Collect, then freeze what is left (setup, earlier suites) out of
+            # the trial's collections: each trial's GC cost is that of the
+            # objects it makes, not of a heap whose size depends on what ran
+            # before (see README, Method: "Garbage collection").
             gc.collect()
-            sample = attempt(contender)
+            gc.freeze()
+            try:
+                sample = attempt(contender)
+            finally:
+                gc.unfreeze()
             if sample is not None:
                 series = group.get(contender.name)
                 assert series is not None
