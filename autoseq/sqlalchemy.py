@@ -697,6 +697,13 @@ def _flush_plan(session: Session, mapper: Mapper[Any]) -> list[_Slots] | None:
     installation = _for_session(session, engine)
     if installation is None:
         return None  # not ours to fill; the column default will say so
+    if compat.in_greenlet():
+        # Under asyncio, check out the connection the flush needs anyway
+        # first: the checkout awaits, so the keys are taken when the task
+        # resumes with its connection, as Identity() takes them in the
+        # database, and not all in the one pass of the loop where every
+        # task reaches its first flush.
+        session.connection(bind_arguments={"mapper": mapper})
     return [_Slots(f, engine, installation) for f in found]
 
 

@@ -235,6 +235,50 @@ def test_a_reservation_never_stalls_the_event_loop(db_url: str, path: str) -> No
     assert max(gaps) < 1.0, f"the event loop stalled for {max(gaps):.2f} s"
 
 
+def test_a_flush_takes_its_keys_after_its_connection_is_checked_out(db_url: str) -> None:
+    """Under asyncio the checkout (which awaits) comes before the keys are taken.
+
+    So when many tasks reach their first flush in one pass of the loop, that
+    pass does not also carry every task's key assignment: a task takes its
+    keys when it resumes with its connection, as ``Identity()`` keys are
+    made in the database after the checkout.
+    """
+    registry = SequenceRegistry(SQLStore(db_url, table=unique_table("sys")))
+    seen_at_checkout: list[list[int | None]] = []
+
+    async def body(engine: Any, Order: Any, _base: Any) -> None:
+        maker = async_sessionmaker(engine, expire_on_commit=False)
+        install(maker, registry=registry)
+        pending: list[Any] = []
+
+        def checkout(*_args: Any) -> None:
+            if pending:
+                seen_at_checkout.append([order.__dict__.get("id") for order in pending])
+
+        sa.event.listen(engine.sync_engine, "checkout", checkout)
+        try:
+            for _ in range(2):  # a fresh connection, then one from the pool
+                async with maker() as session:
+                    pending[:] = [Order(name=f"r{i}") for i in range(3)]
+                    session.add_all(pending)
+                    await session.commit()
+                    assert all(isinstance(order.id, int) for order in pending)
+        finally:
+            sa.event.remove(engine.sync_engine, "checkout", checkout)
+            uninstall(maker)
+        assert len(await ids_of(engine, Order)) == 6
+
+    try:
+        run(db_url, body)
+    finally:
+        registry.close(release=False)
+        store = registry.store
+        assert isinstance(store, SQLStore)
+        store.drop_table()
+        store.close()
+    assert seen_at_checkout == [[None, None, None]] * 2
+
+
 @pytest.mark.parametrize("path", ["add_all", "core"])
 def test_a_sequence_made_on_an_async_engine_starts_past_the_keys_already_there(
     db_url: str, path: str, caplog: pytest.LogCaptureFixture
