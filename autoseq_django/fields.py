@@ -250,9 +250,7 @@ class SequenceField(_BigIntegerField):
             self._fill(value, connection.alias)
             value = getattr(value.instance, self.attname)
             if type(value) is int:  # as above, so a bulk's values all have one type
-                if self.primary_key:
-                    return value
-                return connection.ops.adapt_integerfield_value(value, "BigIntegerField")
+                return self.get_db_prep_save(value, connection)
         return super().get_db_prep_save(value, connection)
 
     def _fill(self, pending: _Pending, using: str) -> None:
