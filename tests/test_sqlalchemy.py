@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,25 +98,36 @@ def make_engine(db_url: str) -> sa.Engine:
     return sa.create_engine(db_url, connect_args={"timeout": 30} if "sqlite" in db_url else {})
 
 
-@pytest.fixture
-def setup(db_url: str) -> Iterator[Setup]:
-    """Models on their own tables, a store on its own sequence table, maker + engine installed."""
+@contextmanager
+def installed(
+    db_url: str, metadata: sa.MetaData
+) -> Iterator[tuple[sa.Engine, sessionmaker[Session], SQLStore, SequenceRegistry]]:
+    """``metadata``'s tables, a store on its own sequence table, maker + engine installed."""
     engine = make_engine(db_url)
-    models = make_models()
-    models.base.metadata.create_all(engine)
+    metadata.create_all(engine)
     store = SQLStore(db_url, table=unique_table("sys"))
     registry = SequenceRegistry(store)
     maker = sessionmaker(engine)
     install(maker, registry=registry)
     install(engine, registry=registry)
-    yield Setup(engine, maker, models, store, registry)
-    uninstall(maker)
-    uninstall(engine)
-    registry.close(release=False)
-    store.drop_table()
-    store.close()
-    models.base.metadata.drop_all(engine)
-    engine.dispose()
+    try:
+        yield engine, maker, store, registry
+    finally:
+        uninstall(maker)
+        uninstall(engine)
+        registry.close(release=False)
+        store.drop_table()
+        store.close()
+        metadata.drop_all(engine)
+        engine.dispose()
+
+
+@pytest.fixture
+def setup(db_url: str) -> Iterator[Setup]:
+    """Models on their own tables, a store on its own sequence table, maker + engine installed."""
+    models = make_models()
+    with installed(db_url, models.base.metadata) as (engine, maker, store, registry):
+        yield Setup(engine, maker, models, store, registry)
 
 
 @pytest.fixture
@@ -212,38 +224,24 @@ def test_models_sharing_a_sequence_get_values_in_the_order_added(
         ref: Mapped[int] = SequenceField(sequence=shared)
         name: Mapped[str] = mapped_column(sa.String(40), default="")
 
-    engine = make_engine(db_url)
-    Base.metadata.create_all(engine)
-    store = SQLStore(db_url, table=unique_table("sys"))
-    registry = SequenceRegistry(store)
-    maker = sessionmaker(engine)
-    install(maker, registry=registry)
-    try:
-        with maker() as session:
-            rows: list[Any] = []
-            for i in range(6):
-                rows.append((Invoice if i % 2 == 0 else Refund)(name=f"r{i}"))
-            rows.insert(3, Refund(name="given", ref=BIG))  # an explicit value is kept
-            session.add_all(rows)
-            session.commit()
-            got = [(type(r).__name__, r.id, getattr(r, "ref", None)) for r in rows]
-        assert got == [
-            ("Invoice", 1, None),
-            ("Refund", 2, 3),
-            ("Invoice", 4, None),
-            ("Refund", 5, BIG),
-            ("Refund", 6, 7),
-            ("Invoice", 8, None),
-            ("Refund", 9, 10),
-        ]
-        assert on_demand(reserved, shared) == 1
-    finally:
-        uninstall(maker)
-        registry.close(release=False)
-        store.drop_table()
-        store.close()
-        Base.metadata.drop_all(engine)
-        engine.dispose()
+    with installed(db_url, Base.metadata) as (_, maker, _, _), maker() as session:
+        rows: list[Any] = []
+        for i in range(6):
+            rows.append((Invoice if i % 2 == 0 else Refund)(name=f"r{i}"))
+        rows.insert(3, Refund(name="given", ref=BIG))  # an explicit value is kept
+        session.add_all(rows)
+        session.commit()
+        got = [(type(r).__name__, r.id, getattr(r, "ref", None)) for r in rows]
+    assert got == [
+        ("Invoice", 1, None),
+        ("Refund", 2, 3),
+        ("Invoice", 4, None),
+        ("Refund", 5, BIG),
+        ("Refund", 6, 7),
+        ("Invoice", 8, None),
+        ("Refund", 9, 10),
+    ]
+    assert on_demand(reserved, shared) == 1
 
 
 def test_add_all_of_thousands_costs_one_reservation_per_sequence(
