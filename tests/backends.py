@@ -64,3 +64,18 @@ def sql_url(backend: str, tmp_path: os.PathLike[str] | str) -> str:
 def unique_table(prefix: str = "seq") -> str:
     """A table name no other test uses, so tests sharing a server stay apart."""
     return f"{prefix}_{uuid.uuid4().hex[:12]}"
+
+
+ASYNC_DRIVERS = {"sqlite": "aiosqlite", "postgresql": "asyncpg", "mysql": "aiomysql"}
+
+
+def async_url(db_url: str) -> str:
+    """``db_url`` with its asyncio driver (skips when that driver is not installed)."""
+    from sqlalchemy.engine import make_url
+
+    url = make_url(db_url)
+    driver = ASYNC_DRIVERS[url.get_backend_name()]
+    pytest.importorskip(driver)
+    return url.set(drivername=f"{url.get_backend_name()}+{driver}").render_as_string(
+        hide_password=False
+    )

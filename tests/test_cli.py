@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from backends import unique_table
+from backends import async_url, unique_table
 
 from autoseq import MAX_VALUE, SequenceConfig
 from autoseq.cli import COMMANDS, main, register
@@ -214,19 +214,13 @@ def test_sync_reads_the_column_through_the_sync_driver_of_an_async_url(
     cli: Cli, app_table: Callable[..., str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     """--url with an asyncio driver (asyncpg, aiosqlite...) reads max() through the sync one."""
-    from sqlalchemy.engine import make_url
-
-    url = make_url(cli.url)
-    driver = {"postgresql": "asyncpg", "mysql": "aiomysql", "sqlite": "aiosqlite"}
-    driver = driver[url.get_backend_name()]
-    pytest.importorskip(driver)
-    async_url = url.set(drivername=f"{url.get_backend_name()}+{driver}")
+    url = async_url(cli.url)
     cli.run("create", "orders")
     table = app_table([7, 700])
     status = main(
         [
             "--url",
-            async_url.render_as_string(hide_password=False),
+            url,
             "--sequence-table",
             cli.table,
             "sync",

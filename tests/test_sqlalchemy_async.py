@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from backends import unique_table
+from backends import async_url, unique_table
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -29,17 +29,6 @@ from sqlalchemy.ext.asyncio import (
     async_sessionmaker,
     create_async_engine,
 )
-
-ASYNC_DRIVERS = {"sqlite": "aiosqlite", "postgresql": "asyncpg", "mysql": "aiomysql"}
-
-
-def async_url(db_url: str) -> str:
-    url = make_url(db_url)
-    driver = ASYNC_DRIVERS[url.get_backend_name()]
-    pytest.importorskip(driver)
-    return url.set(drivername=f"{url.get_backend_name()}+{driver}").render_as_string(
-        hide_password=False
-    )
 
 
 def make_order() -> tuple[type[DeclarativeBase], Any]:
@@ -72,6 +61,16 @@ def run(db_url: str, body: Callable[[Any, Any, type[DeclarativeBase]], Awaitable
             await engine.dispose()
 
     asyncio.run(main())
+
+
+def discard(*registries: SequenceRegistry, release: bool = True) -> None:
+    """Close ``registries`` and drop the sequence tables of their stores."""
+    for registry in registries:
+        registry.close(release=release)
+        store = registry.store
+        assert isinstance(store, SQLStore)
+        store.drop_table()
+        store.close()
 
 
 async def ids_of(engine: Any, order: Any) -> list[int]:
@@ -125,9 +124,7 @@ def test_every_insert_path_of_an_async_session_gets_values(db_url: str) -> None:
     try:
         run(db_url, body)
     finally:
-        registry.close(release=False)
-        store.drop_table()
-        store.close()
+        discard(registry, release=False)
 
 
 @pytest.mark.parametrize("how", ["AsyncSession", "async_scoped_session", "AsyncEngine"])
@@ -271,11 +268,7 @@ def test_a_flush_takes_its_keys_after_its_connection_is_checked_out(db_url: str)
     try:
         run(db_url, body)
     finally:
-        registry.close(release=False)
-        store = registry.store
-        assert isinstance(store, SQLStore)
-        store.drop_table()
-        store.close()
+        discard(registry, release=False)
     assert seen_at_checkout == [[None, None, None]] * 2
 
 
@@ -356,7 +349,4 @@ def test_each_async_sessionmaker_is_served_by_its_own_installation(db_url: str) 
     try:
         run(db_url, body)
     finally:
-        for registry in (first, second):
-            registry.close()
-            registry.store.drop_table()
-            registry.store.close()
+        discard(first, second)
