@@ -319,7 +319,7 @@ def _guarded_statements(table: sa.Table, dialect: str) -> tuple[Any, bool]:
 _single: dict[tuple[sa.Table, str], tuple[Any, bool]] = {}
 
 
-def _single_statement(table: sa.Table, dialect: str) -> tuple[Any, bool]:
+def single_statement(table: sa.Table, dialect: str) -> tuple[Any, bool]:
     """The update taking one value of a row whose ``step`` is 1, and whether it returns its row.
 
     What :func:`autoseq.stores.base.plan_reservation` does for such a row,
@@ -329,6 +329,12 @@ def _single_statement(table: sa.Table, dialect: str) -> tuple[Any, bool]:
     current <= end`` and ``current < 2**63 - 1`` (the last value a step
     can pass), whether the row cycles or not. Any other row (exhausted,
     about to cycle, hand-edited) matches nothing and goes to the locked path.
+
+    A caller running it directly (``autoseq_django``'s one-value take) does
+    so only for a row :func:`row_known` vouches for, and goes to
+    :func:`take_with` whenever it matches nothing. The new ``current`` comes
+    back as the first column (PostgreSQL, SQLite) or, on MariaDB/MySQL, as
+    the cursor's ``lastrowid``; the value taken is one less.
     """
     key = (table, dialect)
     found = _single.get(key)
@@ -359,6 +365,16 @@ def _single_statement(table: sa.Table, dialect: str) -> tuple[Any, bool]:
     return found
 
 
+def row_known(store: SQLStore, name: str) -> bool:
+    """Whether this process created or found row ``name`` of ``store`` (a server store).
+
+    Until it is, :func:`take_with` must run first: it creates a missing row
+    outside the caller's transaction, before that transaction touches the table.
+    """
+    known = _created.get(store)
+    return known is not None and name in known
+
+
 def _sqlite_returns() -> bool:
     import sqlite3
 
@@ -369,7 +385,7 @@ def _update_returning(
     run: Run, dialect: str, table: sa.Table, config: SequenceConfig, count: int
 ) -> list[int] | None:
     if count == 1 and config.step == 1:
-        update, returning = _single_statement(table, dialect)
+        update, returning = single_statement(table, dialect)
         params: dict[str, Any] = {"seq_name": config.name}
         if dialect == "sqlite":
             params["now"] = utc_now()
@@ -465,4 +481,13 @@ def lock_order(names: Iterable[str]) -> list[str]:
     return sorted(set(names))
 
 
-__all__ = ["check_store", "connection_of", "gapless_table", "lock_order", "take", "take_with"]
+__all__ = [
+    "check_store",
+    "connection_of",
+    "gapless_table",
+    "lock_order",
+    "row_known",
+    "single_statement",
+    "take",
+    "take_with",
+]

@@ -26,6 +26,7 @@ from autoseq import GaplessUnavailable, SequenceConfig, SequenceRegistry, Serial
 from autoseq.serial import _Template
 from autoseq.stores import MemoryStore
 from autoseq_django import conf, sequences
+from autoseq_django.catchup import guard_inserts
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
@@ -257,12 +258,47 @@ def shares_transaction(connection: BaseDatabaseWrapper) -> bool:
     return companion_path(connection) is not None
 
 
-#: Per Django connection: what a take needs that only settings can change, checked
-#: against ``conf.get()`` and ``sequences.generation()`` (both renewed by any change
-#: to AUTOSEQ, DATABASES or DATABASE_ROUTERS): (settings, generation, store, dialect,
-#: table). A gapless value is a statement inside someone's transaction, holding a
-#: row lock: the Python around it is kept as short as the statement.
-_plans: weakref.WeakKeyDictionary[Any, tuple[Any, int, Any, str, Any]] = weakref.WeakKeyDictionary()
+class _Plan:
+    """What a gapless take on one Django connection needs that only settings can change.
+
+    Checked against ``conf.get()`` and ``sequences.generation()``, both renewed
+    by any change to AUTOSEQ, DATABASES or DATABASE_ROUTERS. ``single`` is the
+    SQL of :func:`autoseq.gapless.single_statement` for this connection's
+    cursor (None on SQLite, whose rows are made in the caller's transaction).
+    """
+
+    __slots__ = (
+        "dialect",
+        "generation",
+        "joined",
+        "joins_begin",
+        "returning",
+        "settings",
+        "single",
+        "store",
+        "table",
+    )
+
+    def __init__(self, settings: Any, generation: int, store: Any, dialect: str) -> None:
+        self.settings = settings
+        self.generation = generation
+        self.store = store
+        self.dialect = dialect
+        self.table = _table(store, dialect)
+        self.single: str | None = None
+        self.returning = False
+        if dialect != "sqlite":
+            statement, self.returning = _gapless().single_statement(self.table, dialect)
+            self.single = _prepared(statement, dialect).sql
+        #: psycopg 3: "BEGIN; <single>" with the name written in, per name (see _begin_and_take).
+        self.joins_begin = dialect == "postgresql" and _psycopg3()
+        self.joined: dict[str, bytes] = {}
+
+
+#: Per Django connection. A gapless value is a statement inside someone's
+#: transaction, holding a row lock: the Python around it is kept as short as
+#: the statement.
+_plans: weakref.WeakKeyDictionary[Any, _Plan] = weakref.WeakKeyDictionary()
 
 
 def take_gapless_values(
@@ -283,36 +319,155 @@ def take_gapless_values(
             f"sequence {config.name!r} is gapless but the save runs in autocommit: wrap it "
             "in transaction.atomic() so the number is given back if the transaction fails"
         )
-    alias = connection.alias
-    settings = conf.get()
-    generation = sequences.generation()
     plan = _plans.get(connection)
-    if plan is None or plan[0] is not settings or plan[1] != generation:
-        if not shares_transaction(connection):
-            raise GaplessUnavailable(
-                f"sequence {config.name!r} is gapless but its sequences live in database "
-                f"{sequences.sequence_database(alias)!r}, not {alias!r} where the row is "
-                "written; a gapless number must be in the same transaction as the row"
-            )
-        dialect = connection.vendor
-        if dialect not in GAPLESS_VENDORS:
-            raise GaplessUnavailable(
-                f"sequence {config.name!r} is gapless but database {alias!r} is {dialect}, "
-                "which gapless numbering does not support; use PostgreSQL, MariaDB/MySQL or "
-                "SQLite, or drop gapless=True"
-            )
-        store = sequences.store(alias)
-        plan = _plans[connection] = (settings, generation, store, dialect, _table(store, dialect))
-    _settings, _generation, store, dialect, table = plan
+    if plan is None or plan.settings is not conf.get() or plan.generation != sequences.generation():
+        plan = _plan(config, connection)
+    if (
+        plan.single is not None
+        and count == 1
+        and config.step == 1
+        and _gapless().row_known(plan.store, config.name)
+    ):
+        # One value of a row in ordinary shape: the one statement, read straight
+        # off the cursor. No row matched (exhausted, hand-edited, deleted): the
+        # full path, which knows what to do.
+        taken = _begin_and_take(connection, plan, config.name) if plan.joins_begin else None
+        if taken is None:
+            taken = _take_single(connection, plan, config.name)
+        if taken is not None:
+            return [taken]
     floor = None
     if integer_key:
+        alias = connection.alias
 
         def floor() -> int | None:
             return sequences._columns_floor(config.name, alias)
 
-    run = _runner(connection, dialect)
-    values: list[int] = _gapless().take_with(run, dialect, store, table, config, count, floor)
+    run = _runner(connection, plan.dialect)
+    values: list[int] = _gapless().take_with(
+        run, plan.dialect, plan.store, plan.table, config, count, floor
+    )
     return values
+
+
+def _take_single(connection: BaseDatabaseWrapper, plan: _Plan, name: str) -> int | None:
+    """One value of row ``name`` by ``plan.single`` on Django's cursor; None if no row matched."""
+    assert plan.single is not None
+    with connection.cursor() as cursor:
+        cursor.execute(plan.single, (name,))
+        if plan.returning:
+            row = cursor.fetchone()
+            return None if row is None else int(row[0]) - 1
+        if cursor.rowcount != 1:
+            return None
+        last = cursor.lastrowid
+        return int(last) - 1 if last else None
+
+
+def _psycopg3() -> bool:
+    from django.db.backends.postgresql.psycopg_any import is_psycopg3
+
+    return bool(is_psycopg3)
+
+
+def _begin_and_take(connection: BaseDatabaseWrapper, plan: _Plan, name: str) -> int | None:
+    """PostgreSQL on psycopg 3: open the transaction and take the value in one round trip.
+
+    A gapless take is often the first statement of its transaction: a
+    ``SerialField`` is filled as the row's ``INSERT`` is compiled, inside
+    ``atomic()``. psycopg sends ``BEGIN`` on its own before a transaction's
+    first statement and waits for the reply; this sends ``BEGIN`` and the
+    update as one query instead (libpq's simple query, through psycopg's
+    ``pgconn``), opening the very transaction psycopg would have opened:
+    psycopg reads the transaction's state from libpq, so ``atomic()``'s
+    commit or rollback ends it as usual. One round trip fewer per gapless
+    transaction.
+
+    Only where nothing else would see the difference: the connection is idle
+    (no transaction yet), in no pipeline, with psycopg's default transaction
+    characteristics (no ``isolation_level``, ``read_only`` or ``deferrable``,
+    which psycopg writes into its own ``BEGIN``), and Django neither logs
+    queries (``DEBUG``, ``assertNumQueries``) nor runs
+    ``connection.execute_wrapper()`` hooks. None when it does not apply, or
+    when no row matched; the caller then takes the ordinary path.
+    """
+    raw: Any = connection.connection
+    pgconn = raw.pgconn
+    if (
+        pgconn.transaction_status != _pq().TransactionStatus.IDLE
+        or pgconn.pipeline_status
+        or raw.autocommit
+        or raw.isolation_level is not None
+        or raw.read_only is not None
+        or raw.deferrable is not None
+        or connection.queries_logged
+        or any(wrapper is not guard_inserts for wrapper in connection.execute_wrappers)
+    ):
+        return None
+    connection.validate_thread_sharing()
+    connection.validate_no_broken_transaction()
+    query = plan.joined.get(name)
+    if query is None:
+        from psycopg import sql
+
+        assert plan.single is not None
+        before, after = plan.single.split("%s")
+        literal = sql.Literal(name).as_bytes(raw)
+        encoding = raw.info.encoding
+        query = b"BEGIN; " + before.encode(encoding) + literal + after.encode(encoding)
+        if len(plan.joined) >= 64:  # one name per period of each serial: few in use at once
+            plan.joined.clear()
+        plan.joined[name] = query
+    with connection.wrap_database_errors:
+        result = pgconn.exec_(query)
+        if result.status != _pq().ExecStatus.TUPLES_OK:
+            raise _error(result, raw.info.encoding)
+    if not result.ntuples:
+        return None
+    return int(result.get_value(0, 0)) - 1
+
+
+def _pq() -> Any:
+    from psycopg import pq
+
+    return pq
+
+
+def _error(result: Any, encoding: str) -> Exception:
+    """The psycopg exception of a failed ``pgconn.exec_`` (its class by SQLSTATE)."""
+    import psycopg
+    from psycopg import errors, pq
+
+    message = (result.error_message or b"").decode(encoding, "replace").strip()
+    state = result.error_field(pq.DiagnosticField.SQLSTATE)
+    if state is None:
+        return psycopg.OperationalError(message or "the query failed with no message")
+    try:
+        kind = errors.lookup(state.decode())
+    except KeyError:
+        kind = psycopg.DatabaseError
+    return kind(message)
+
+
+def _plan(config: SequenceConfig, connection: BaseDatabaseWrapper) -> _Plan:
+    """Check that ``connection`` can take gapless values, and keep what it needs."""
+    alias = connection.alias
+    settings, generation = conf.get(), sequences.generation()
+    if not shares_transaction(connection):
+        raise GaplessUnavailable(
+            f"sequence {config.name!r} is gapless but its sequences live in database "
+            f"{sequences.sequence_database(alias)!r}, not {alias!r} where the row is "
+            "written; a gapless number must be in the same transaction as the row"
+        )
+    dialect = connection.vendor
+    if dialect not in GAPLESS_VENDORS:
+        raise GaplessUnavailable(
+            f"sequence {config.name!r} is gapless but database {alias!r} is {dialect}, "
+            "which gapless numbering does not support; use PostgreSQL, MariaDB/MySQL or "
+            "SQLite, or drop gapless=True"
+        )
+    plan = _plans[connection] = _Plan(settings, generation, sequences.store(alias), dialect)
+    return plan
 
 
 _module: list[Any] = []
@@ -368,23 +523,28 @@ class _Prepared:
 _compiled: dict[tuple[int, str], _Prepared] = {}
 
 
+def _prepared(statement: Any, dialect_name: str) -> _Prepared:
+    """``statement`` compiled for Django's cursors on ``dialect_name`` (kept, if built once)."""
+    prepared = _compiled.get((id(statement), dialect_name))
+    if prepared is None or prepared.statement is not statement:
+        dialect = _dialects.get(dialect_name)
+        if dialect is None:
+            from sqlalchemy.dialects import mysql, postgresql, sqlite
+
+            module = {"postgresql": postgresql, "mysql": mysql, "sqlite": sqlite}[dialect_name]
+            dialect = _dialects[dialect_name] = module.dialect(paramstyle="format")
+        prepared = _Prepared(statement, dialect)
+        if len(_compiled) < 1000:  # statements built per call are not worth keeping
+            _compiled[id(statement), dialect_name] = prepared
+    return prepared
+
+
 def _runner(connection: BaseDatabaseWrapper, dialect_name: str) -> Run:
     """Run SQLAlchemy Core statements on Django's cursor, in Django's transaction."""
-    dialect = _dialects.get(dialect_name)
-    if dialect is None:
-        from sqlalchemy.dialects import mysql, postgresql, sqlite
-
-        module = {"postgresql": postgresql, "mysql": mysql, "sqlite": sqlite}[dialect_name]
-        dialect = _dialects[dialect_name] = module.dialect(paramstyle="format")
-
     on_mysql = dialect_name == "mysql"
 
     def run(statement: Any, params: Mapping[str, Any] | None) -> tuple[list[Any], int, int | None]:
-        prepared = _compiled.get((id(statement), dialect_name))
-        if prepared is None or prepared.statement is not statement:
-            prepared = _Prepared(statement, dialect)
-            if len(_compiled) < 1000:  # statements built per call are not worth keeping
-                _compiled[id(statement), dialect_name] = prepared
+        prepared = _prepared(statement, dialect_name)
         with connection.cursor() as cursor:
             cursor.execute(prepared.sql, prepared.args(params))
             description = cursor.description

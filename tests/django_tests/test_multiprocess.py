@@ -1,17 +1,18 @@
-"""4 processes x 4 threads creating rows through the ORM, bulk_create mixed in: no duplicate."""
+"""Processes and threads writing through the ORM: no duplicate, and gapless serials with no gap."""
 
 from __future__ import annotations
 
 import multiprocessing
+import random
 import threading
 import traceback
 from typing import Any
 
 import pytest
-from django.db import connections
+from django.db import connections, transaction
 from django.db.models import Count
 
-from django_tests.testapp.models import Line, Order
+from django_tests.testapp.models import Line, Order, Receipt
 
 PROCESSES = 4
 THREADS = 4
@@ -75,3 +76,65 @@ def test_processes_and_threads_never_share_a_value(backend: str) -> None:
     codes = Line.objects.using(backend)
     assert codes.count() == PROCESSES * THREADS * (ROUNDS // BULK_EVERY) * 10
     assert codes.values("code").distinct().count() == codes.count()
+
+
+GAPLESS_PROCESSES = 6
+GAPLESS_ROUNDS = 25
+
+
+def gapless_child(alias: str, seed: int, errors: Any) -> None:
+    """A worker process: one Receipt per transaction, about 30% of them rolled back."""
+    failures: list[str] = []
+    rng = random.Random(seed)
+    try:
+        for _ in range(GAPLESS_ROUNDS):
+            try:
+                with transaction.atomic(using=alias):
+                    Receipt.objects.using(alias).create(amount=seed)
+                    if rng.random() < 0.3:
+                        raise _Rollback
+            except _Rollback:
+                pass
+    except Exception:
+        failures.append(traceback.format_exc())
+    finally:
+        connections.close_all()
+    errors.put(failures)
+
+
+class _Rollback(Exception):
+    """Raised inside atomic() to roll it back."""
+
+
+@pytest.mark.autoseq_transaction
+def test_gapless_serials_from_six_processes_with_rollbacks_have_no_gap(backend: str) -> None:
+    """6 processes, each transaction its own gapless Receipt, 30% rolled back: the committed
+    numbers are exactly the ones after the parent's, with no gap and no repeat."""
+    with transaction.atomic(using=backend):
+        first = Receipt.objects.using(backend).create(amount=-1)
+    connections.close_all()
+    context = multiprocessing.get_context("fork")
+    errors = context.Queue()
+    workers = [
+        context.Process(target=gapless_child, args=(backend, seed, errors))
+        for seed in range(GAPLESS_PROCESSES)
+    ]
+    for worker in workers:
+        worker.start()
+    reports = [errors.get(timeout=240) for _ in workers]
+    for worker in workers:
+        worker.join(timeout=60)
+    assert [worker.exitcode for worker in workers] == [0] * GAPLESS_PROCESSES
+    assert [failure for report in reports for failure in report] == []
+
+    serial = Receipt._meta.get_field("number").serial(backend)
+    base = serial.parse(first.number)[1]
+    rows = list(Receipt.objects.using(backend).exclude(pk=first.pk).values_list("number", "amount"))
+    counters = sorted(serial.parse(number)[1] for number, _ in rows)
+    assert (
+        GAPLESS_PROCESSES * GAPLESS_ROUNDS * 0.4
+        < len(counters)
+        < GAPLESS_PROCESSES * GAPLESS_ROUNDS
+    )
+    assert counters == list(range(base + 1, base + 1 + len(counters)))
+    assert {amount for _, amount in rows} == set(range(GAPLESS_PROCESSES))

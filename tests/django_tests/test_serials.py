@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import tempfile
+from collections.abc import Callable
+
 import pytest
 from django.db import connections, transaction
 
@@ -72,8 +75,7 @@ def test_a_gapless_save_costs_one_statement_beside_its_insert(backend: str) -> N
     (on MariaDB too, where the take used to be an UPDATE and a locking read)."""
     from django.test.utils import CaptureQueriesContext
 
-    with transaction.atomic(using=backend):
-        Receipt.objects.using(backend).create()
+    create_in_atomic(backend)
     with CaptureQueriesContext(connections[backend]) as queries, transaction.atomic(using=backend):
         Receipt.objects.using(backend).create()
     statements = [q["sql"] for q in queries.captured_queries]
@@ -244,3 +246,101 @@ def test_a_settings_change_inside_a_transaction_does_not_wait_on_its_own_lock(
             second = Receipt.objects.using(backend).create()
     taken = counters(backend, Receipt, [first.number, second.number])
     assert taken[1] == taken[0] + 1
+
+
+def create_in_atomic(backend: str) -> Receipt:
+    """A ``Receipt`` saved in its own ``atomic()`` block."""
+    with transaction.atomic(using=backend):
+        return Receipt.objects.using(backend).create()
+
+
+def _round_trips(alias: str, work: Callable[[], object]) -> list[str]:
+    """The client's queries while ``work`` runs on ``alias`` (libpq's protocol trace)."""
+    from psycopg import pq
+
+    connection = connections[alias]
+    connection.ensure_connection()
+    pgconn = connection.connection.pgconn
+    with tempfile.TemporaryFile() as trace:
+        pgconn.trace(trace.fileno())
+        pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
+        try:
+            work()
+        finally:
+            pgconn.untrace()
+        trace.seek(0)
+        lines = trace.read().decode().splitlines()
+    # A simple query is one round trip: the client's Query, the server's ReadyForQuery.
+    assert sum("\tReadyForQuery\t" in line for line in lines) == len(
+        [line for line in lines if line.startswith("F\t") and "\tQuery\t" in line]
+    ), lines
+    return [line.split("\tQuery\t", 1)[1] for line in lines if line.startswith("F\t")]
+
+
+@pytest.mark.autoseq_transaction
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_a_gapless_take_opening_its_transaction_sends_begin_with_it(backend: str) -> None:
+    """PostgreSQL: a gapless save that is its transaction's first statement sends BEGIN and
+    the take in one query, so the whole transaction is three round trips, not four."""
+    with transaction.atomic(using=backend):
+        first = Receipt.objects.using(backend).create()
+    made: list[Receipt] = []
+    queries = _round_trips(backend, lambda: made.append(create_in_atomic(backend)))
+    assert len(queries) == 3, queries
+    assert queries[0].startswith(' "BEGIN; UPDATE'), queries
+    assert queries[1].startswith(' "INSERT'), queries
+    assert queries[2] == ' "COMMIT"', queries
+    taken = counters(backend, Receipt, [first.number, made[0].number])
+    assert taken[1] == taken[0] + 1
+
+
+@pytest.mark.autoseq_transaction
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_a_logged_gapless_take_goes_through_the_cursor(backend: str) -> None:
+    """With queries logged (DEBUG, assertNumQueries) the take is an ordinary cursor query,
+    seen by Django like any other, after psycopg's own BEGIN."""
+    from django.test.utils import CaptureQueriesContext
+
+    create_in_atomic(backend)
+    with CaptureQueriesContext(connections[backend]) as captured:
+        queries = _round_trips(backend, lambda: create_in_atomic(backend))
+    assert [q[:8] for q in queries] == [' "BEGIN"', ' "UPDATE', ' "INSERT', ' "COMMIT']
+    assert any(q["sql"].startswith("UPDATE") for q in captured.captured_queries)
+
+
+@pytest.mark.autoseq_transaction
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_a_joined_take_that_fails_raises_djangos_error_and_rolls_back(backend: str) -> None:
+    """A take sent with its BEGIN that meets a lock timeout raises Django's OperationalError;
+    the transaction is rolled back and the next save gets the next number."""
+    import psycopg
+    from django.db import OperationalError
+
+    with transaction.atomic(using=backend):
+        first = Receipt.objects.using(backend).create()
+    store = Receipt._meta.get_field("number").serial(backend)
+    row = store.row_config(store._now()).name
+    settings = connections[backend].settings_dict
+    holder = psycopg.connect(
+        host=settings["HOST"],
+        port=settings["PORT"],
+        user=settings["USER"],
+        dbname=settings["NAME"],
+        password=settings["PASSWORD"] or None,
+    )
+    try:
+        holder.execute("SELECT 1 FROM sys_sequence WHERE name = %s FOR UPDATE", (row,))
+        with connections[backend].cursor() as cursor:
+            cursor.execute("SET lock_timeout = '200ms'")
+        with pytest.raises(OperationalError, match="lock timeout"):
+            create_in_atomic(backend)
+    finally:
+        holder.rollback()
+        holder.close()
+        with connections[backend].cursor() as cursor:
+            cursor.execute("RESET lock_timeout")
+    again = create_in_atomic(backend)
+    taken = counters(backend, Receipt, [first.number, again.number])
+    assert taken[1] == taken[0] + 1
+    assert Receipt.objects.using(backend).count() == 2
