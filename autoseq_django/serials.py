@@ -270,6 +270,7 @@ class _Plan:
     __slots__ = (
         "dialect",
         "generation",
+        "idle",
         "joined",
         "joins_begin",
         "returning",
@@ -277,6 +278,7 @@ class _Plan:
         "single",
         "store",
         "table",
+        "tuples_ok",
     )
 
     def __init__(self, settings: Any, generation: int, store: Any, dialect: str) -> None:
@@ -293,6 +295,12 @@ class _Plan:
         #: psycopg 3: "BEGIN; <single>" with the name written in, per name (see _begin_and_take).
         self.joins_begin = dialect == "postgresql" and _psycopg3()
         self.joined: dict[str, bytes] = {}
+        self.idle: Any = None
+        self.tuples_ok: Any = None
+        if self.joins_begin:
+            from psycopg import pq
+
+            self.idle, self.tuples_ok = pq.TransactionStatus.IDLE, pq.ExecStatus.TUPLES_OK
 
 
 #: Per Django connection. A gapless value is a statement inside someone's
@@ -394,7 +402,7 @@ def _begin_and_take(connection: BaseDatabaseWrapper, plan: _Plan, name: str) -> 
     raw: Any = connection.connection
     pgconn = raw.pgconn
     if (
-        pgconn.transaction_status != _pq().TransactionStatus.IDLE
+        pgconn.transaction_status != plan.idle
         or pgconn.pipeline_status
         or raw.autocommit
         or raw.isolation_level is not None
@@ -418,19 +426,13 @@ def _begin_and_take(connection: BaseDatabaseWrapper, plan: _Plan, name: str) -> 
         if len(plan.joined) >= 64:  # one name per period of each serial: few in use at once
             plan.joined.clear()
         plan.joined[name] = query
-    with connection.wrap_database_errors:
+    with connection.wrap_database_errors, raw.lock:  # psycopg's own lock, as its cursors take
         result = pgconn.exec_(query)
-        if result.status != _pq().ExecStatus.TUPLES_OK:
+        if result.status != plan.tuples_ok:
             raise _error(result, raw.info.encoding)
     if not result.ntuples:
         return None
     return int(result.get_value(0, 0)) - 1
-
-
-def _pq() -> Any:
-    from psycopg import pq
-
-    return pq
 
 
 def _error(result: Any, encoding: str) -> Exception:
