@@ -153,7 +153,7 @@ def run(ctx: Context) -> list[Group]:
                 run_group(
                     group,
                     contenders,
-                    ctx.n(7, 2),
+                    ctx.n(11, 2),
                     warmup=False,
                     log=ctx.log,
                 )

@@ -228,7 +228,7 @@ def run(ctx: Context) -> list[Group]:
                         Contender(name, lambda m=model, f=insert, s=setup: s.trial(m, n, f))
                         for name, model in setup.models.items()
                     ],
-                    ctx.n(7, 2),
+                    ctx.n(11, 2),
                     warmup=False,
                     log=ctx.log,
                 )
