@@ -50,21 +50,27 @@ def child(alias: str, errors: Any) -> None:
     errors.put(failures)
 
 
-@pytest.mark.autoseq_transaction
-def test_processes_and_threads_never_share_a_value(backend: str) -> None:
-    """Every key, ticket and line code is distinct across 4 x 4 writers, forked mid-block."""
-    Order.objects.using(backend).create(note="parent")  # children fork with a block cached
+def run_children(target: Any, arguments: list[tuple[Any, ...]]) -> None:
+    """Fork one process per ``arguments`` running ``target(*args, errors)``; each puts its
+    list of failures on ``errors``: all must exit 0 and report none."""
     connections.close_all()  # never share an open socket with a child
     context = multiprocessing.get_context("fork")
     errors = context.Queue()
-    workers = [context.Process(target=child, args=(backend, errors)) for _ in range(PROCESSES)]
+    workers = [context.Process(target=target, args=(*args, errors)) for args in arguments]
     for worker in workers:
         worker.start()
     reports = [errors.get(timeout=240) for _ in workers]
     for worker in workers:
         worker.join(timeout=60)
-    assert [worker.exitcode for worker in workers] == [0] * PROCESSES
+    assert [worker.exitcode for worker in workers] == [0] * len(workers)
     assert [failure for report in reports for failure in report] == []
+
+
+@pytest.mark.autoseq_transaction
+def test_processes_and_threads_never_share_a_value(backend: str) -> None:
+    """Every key, ticket and line code is distinct across 4 x 4 writers, forked mid-block."""
+    Order.objects.using(backend).create(note="parent")  # children fork with a block cached
+    run_children(child, [(backend,)] * PROCESSES)
     Order.objects.using(backend).create(note="parent again")
 
     per_thread = ROUNDS + (ROUNDS // BULK_EVERY) * 40
@@ -112,20 +118,7 @@ def test_gapless_serials_from_six_processes_with_rollbacks_have_no_gap(backend: 
     numbers are exactly the ones after the parent's, with no gap and no repeat."""
     with transaction.atomic(using=backend):
         first = Receipt.objects.using(backend).create(amount=-1)
-    connections.close_all()
-    context = multiprocessing.get_context("fork")
-    errors = context.Queue()
-    workers = [
-        context.Process(target=gapless_child, args=(backend, seed, errors))
-        for seed in range(GAPLESS_PROCESSES)
-    ]
-    for worker in workers:
-        worker.start()
-    reports = [errors.get(timeout=240) for _ in workers]
-    for worker in workers:
-        worker.join(timeout=60)
-    assert [worker.exitcode for worker in workers] == [0] * GAPLESS_PROCESSES
-    assert [failure for report in reports for failure in report] == []
+    run_children(gapless_child, [(backend, seed) for seed in range(GAPLESS_PROCESSES)])
 
     serial = Receipt._meta.get_field("number").serial(backend)
     base = serial.parse(first.number)[1]
