@@ -15,7 +15,14 @@ import importlib.util
 from typing import Any
 
 from benchmarks.harness import Unavailable
-from benchmarks.servers import MYSQL_URL, POSTGRES_URL, Context, sql_problem, unique_name
+from benchmarks.servers import (
+    MYSQL_URL,
+    POSTGRES_URL,
+    Context,
+    emptying_sql,
+    sql_problem,
+    unique_name,
+)
 
 _ready: dict[str, str] | None = None
 _problems: dict[str, str] = {}
@@ -169,19 +176,13 @@ def create_table(model: Any, using: str) -> None:
 
 
 def empty_table(model: Any, using: str) -> None:
-    """Empty ``model``'s table (untimed, before a trial): ``TRUNCATE`` on the servers.
-
-    Every trial then writes into a fresh table and index, not into one
-    holding the last trial's dead rows until a vacuum; SQLite's ``DELETE``
-    without ``WHERE`` already empties the file's pages.
-    """
+    """Empty ``model``'s table (untimed, before a trial; see ``emptying_sql``)."""
     from django.db import connections
 
     connection = connections[using]
     table = connection.ops.quote_name(model._meta.db_table)
-    verb = "DELETE FROM" if connection.vendor == "sqlite" else "TRUNCATE TABLE"
     with connection.cursor() as cursor:
-        cursor.execute(f"{verb} {table}")
+        cursor.execute(emptying_sql(connection.vendor, table))
 
 
 def drop_table(model: Any, using: str) -> None:

@@ -39,6 +39,18 @@ def unique_name(prefix: str) -> str:
     return f"bench_{prefix}_{uuid.uuid4().hex[:10]}"
 
 
+def emptying_sql(dialect: str, quoted_table: str) -> str:
+    """The statement that empties a table before a trial (untimed).
+
+    ``TRUNCATE`` on the servers, so every trial writes into a fresh table and
+    index, not into one holding the last trial's dead rows until a vacuum
+    (which then lands in some trials and not others); SQLite's ``DELETE``
+    without ``WHERE`` already empties the file's pages.
+    """
+    verb = "DELETE FROM" if dialect == "sqlite" else "TRUNCATE TABLE"
+    return f"{verb} {quoted_table}"
+
+
 @functools.cache
 def sql_problem(url: str) -> str | None:
     """Why ``url`` cannot be used, or None when a ``SELECT 1`` works."""
@@ -76,6 +88,11 @@ class Context:
     @property
     def repeats(self) -> int:
         return 3 if self.quick else 5
+
+    @property
+    def insert_repeats(self) -> int:
+        """Repeats of the SQLAlchemy and Django insert groups, whose ratios sit near 0.97x."""
+        return 2 if self.quick else 11
 
     def n(self, full: int, quick: int) -> int:
         """A workload size: ``full`` in a full run, ``quick`` with ``--quick``."""

@@ -153,7 +153,7 @@ def run(ctx: Context) -> list[Group]:
                 run_group(
                     group,
                     contenders,
-                    ctx.n(11, 2),
+                    ctx.insert_repeats,
                     warmup=False,
                     log=ctx.log,
                 )

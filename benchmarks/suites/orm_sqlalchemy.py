@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from benchmarks.harness import Contender, Group, Sample, Unavailable, run_group, stopwatch
-from benchmarks.servers import BACKEND_LABELS, Context, unique_name
+from benchmarks.servers import BACKEND_LABELS, Context, emptying_sql, unique_name
 
 CHUNK = 10_000
 
@@ -137,22 +137,13 @@ class Setup:
 
 
 def empty(engine: Any, model: Any) -> None:
-    """Empty ``model``'s table (untimed, before a trial).
-
-    ``TRUNCATE`` on the servers, so every trial writes into a fresh table and
-    index, not into one holding the last trial's dead rows until a vacuum
-    (which then lands in some trials and not others); SQLite's ``DELETE``
-    without ``WHERE`` already empties the file's pages.
-    """
+    """Empty ``model``'s table (untimed, before a trial; see ``emptying_sql``)."""
     import sqlalchemy as sa
 
-    table = model.__table__
     with engine.begin() as connection:
-        if connection.dialect.name == "sqlite":
-            connection.execute(sa.delete(table))
-        else:
-            name = connection.dialect.identifier_preparer.format_table(table)
-            connection.execute(sa.text(f"TRUNCATE TABLE {name}"))
+        dialect = connection.dialect
+        name = dialect.identifier_preparer.format_table(model.__table__)
+        connection.execute(sa.text(emptying_sql(dialect.name, name)))
 
 
 def verify(engine: Any, model: Any, n: int) -> None:
@@ -228,7 +219,7 @@ def run(ctx: Context) -> list[Group]:
                         Contender(name, lambda m=model, f=insert, s=setup: s.trial(m, n, f))
                         for name, model in setup.models.items()
                     ],
-                    ctx.n(11, 2),
+                    ctx.insert_repeats,
                     warmup=False,
                     log=ctx.log,
                 )
