@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchmarks.harness import Unavailable
+from benchmarks.harness import Group, Unavailable
 
 POSTGRES_URL = os.environ.get(
     "AUTOSEQ_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -106,6 +106,35 @@ class Context:
         """Record a target (issue 2, issue 5) with the figures that decide it."""
         self.checks.append({"name": name, "passed": passed, "detail": detail, **figures})
         self.log(f"  check {'PASS' if passed else 'MISS'}: {name}: {detail}")
+
+    def floor_check(self, group: Group, floor: str, native: str) -> None:
+        """Issue 16, target 3: ``group``'s subject >= 0.97x ``floor``, keys set by the caller.
+
+        ``floor`` is the same model (or the same column type) with keys the
+        caller sets: the floor of any explicit-key generator. The ratio to
+        ``native`` (the database's own key) is reported beside it, with what
+        sending the key costs per row whoever chose it (``floor`` vs
+        ``native``), which explains the gap between the two ratios.
+        """
+        ratio, against_native = group.ratio(floor), group.ratio(native)
+        keyed, plain = group.get(floor), group.get(native)
+        if ratio is None or keyed is None or plain is None:
+            return
+        keyed_rate, plain_rate = keyed.median(), plain.median()
+        column = ""
+        if keyed_rate and plain_rate:
+            extra = (1 / keyed_rate - 1 / plain_rate) * 1e6
+            column = f"; the key column costs {extra:+.1f} us per row (keys set vs {native})"
+            group.notes.append(column[2:])
+        against = ""
+        if against_native:
+            low, high = against_native[1], against_native[2]
+            against = f"; vs {native} {against_native[0]:.2f}x ({low:.2f}..{high:.2f})"
+        self.check(
+            f"issue 16: {group.title} >= 0.97x keys set by the caller",
+            ratio[0] >= 0.97,
+            f"{ratio[0]:.2f}x (repeats {ratio[1]:.2f}..{ratio[2]:.2f}){against}{column}",
+        )
 
     def sqlite_url(self, label: str) -> str:
         """A fresh SQLite file of this run."""

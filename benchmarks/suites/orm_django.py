@@ -104,29 +104,6 @@ class Setup:
             django_setup.drop_table(model, self.using)
 
 
-def floor_check(ctx: Context, group: Group) -> None:
-    """Issue 16: >= 0.97x keys set by the caller; the gap to BigAutoField, per row, measured."""
-    floor, native = group.ratio(EXPLICIT), group.ratio(NATIVE)
-    keyed, plain = group.get(EXPLICIT), group.get(NATIVE)
-    if floor is None or keyed is None or plain is None:
-        return
-    keyed_rate, plain_rate = keyed.median(), plain.median()
-    column = ""
-    if keyed_rate and plain_rate:
-        # What sending the key costs Django and the database, whoever chose it.
-        extra = (1 / keyed_rate - 1 / plain_rate) * 1e6
-        column = f"; the key column costs {extra:+.1f} us per row (keys set vs BigAutoField)"
-        group.notes.append(column[2:])
-    against = ""
-    if native:
-        against = f"; vs BigAutoField {native[0]:.2f}x ({native[1]:.2f}..{native[2]:.2f})"
-    ctx.check(
-        f"issue 16: {group.title} >= 0.97x keys set by the caller",
-        floor[0] >= 0.97,
-        f"{floor[0]:.2f}x (repeats {floor[1]:.2f}..{floor[2]:.2f}){against}{column}",
-    )
-
-
 def run(ctx: Context) -> list[Group]:
     bulk_n, save_n = ctx.n(100_000, 5_000), ctx.n(5_000, 300)
     groups: list[Group] = []
@@ -163,7 +140,7 @@ def run(ctx: Context) -> list[Group]:
         finally:
             setup.close()
         for group in (bulk, save):
-            floor_check(ctx, group)
+            ctx.floor_check(group, EXPLICIT, NATIVE)
         ratio, keyed = bulk.ratio(NATIVE), bulk.ratio(EXPLICIT)
         if ratio and backend in ("sqlite", "postgres"):
             floor = (
