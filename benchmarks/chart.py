@@ -96,7 +96,7 @@ def hot_path_panel(ax: Axes, groups: list[Group]) -> None:
         if floor is not None and name != floor.name:
             ratio = group.ratio(floor.name) if name == group.subject else None
             if ratio:
-                label += f"  = {ratio[0]:.2f}x floor (target 0.8x)"
+                label += f"  = {ratio[0]:.2f}x floor (target 2.5x)"
         ax.text(rate, y, label, va="center", fontsize=8)
     ax.set_xlim(0, max(rates) * 1.6)
     ax.set_xlabel("million values/s")
