@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import os
 import uuid
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import pytest
 
@@ -64,6 +64,19 @@ def sql_url(backend: str, tmp_path: os.PathLike[str] | str) -> str:
 def unique_table(prefix: str = "seq") -> str:
     """A table name no other test uses, so tests sharing a server stay apart."""
     return f"{prefix}_{uuid.uuid4().hex[:12]}"
+
+
+def drop_sql_store(store: Any) -> None:
+    """Drop what a test's ``SQLStore`` made on a shared server, then close it.
+
+    That is its sequence table and the worker-lease table a snowflake on it
+    made (``<table>_worker``), which ``drop_table()`` leaves alone.
+    """
+    from autoseq.workers.sql import SQLWorkers
+
+    SQLWorkers(store).drop_table()
+    store.drop_table()
+    store.close()
 
 
 ASYNC_DRIVERS = {"sqlite": "aiosqlite", "postgresql": "asyncpg", "mysql": "aiomysql"}

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from backends import REDIS_URL, unavailable, unique_table
+from backends import REDIS_URL, drop_sql_store, unavailable, unique_table
 
 from autoseq import SequenceConfig
 from autoseq.cli import main
@@ -79,8 +79,7 @@ def sql(db_url: str) -> Iterator[SqlSetup]:
     yield SqlSetup(db_url, table, store, make_rows)
     metadata.drop_all(engine)
     engine.dispose()
-    store.drop_table()
-    store.close()
+    drop_sql_store(store)
 
 
 def finding(report: dict[str, Any], check: str, sequence: str | None = None) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import pytest
-from backends import REDIS_URL, unavailable, unique_table
+from backends import REDIS_URL, drop_sql_store, unavailable, unique_table
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -270,5 +270,4 @@ def test_snowflake_leases_and_lifetime_are_scraped(db_url: str, scrape: Scrape) 
     closed = scrape()
     assert value(closed, "autoseq_worker_lease_held", sequence=name, worker="-") == 0
     assert value(closed, "autoseq_worker_leases_lost_total", sequence=name) == 0
-    store.drop_table()
-    store.close()
+    drop_sql_store(store)
