@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from backends import async_url, unique_table
+from backends import async_url, drop_sql_store, unique_table
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -69,8 +69,7 @@ def discard(*registries: SequenceRegistry, release: bool = True) -> None:
         registry.close(release=release)
         store = getattr(registry.store, "inner", registry.store)  # a FlakyStore's own
         assert isinstance(store, SQLStore)
-        store.drop_table()
-        store.close()
+        drop_sql_store(store)
 
 
 async def ids_of(engine: Any, order: Any) -> list[int]:
@@ -317,8 +316,7 @@ def test_a_sequence_made_on_an_async_engine_starts_past_the_keys_already_there(
     try:
         run(db_url, body)
     finally:
-        store.drop_table()
-        store.close()
+        drop_sql_store(store)
     assert "could not read max()" not in caplog.text
 
 
