@@ -6,6 +6,8 @@ A *group* is one comparison: a subject (autoseq) and its peers, each a
 repeat after repeat, so drift on a noisy machine (another engineer's test
 run, CPU frequency) lands on every contender alike; the ratio of autoseq to
 a peer is taken within each repeat and the median of those is the headline.
+:func:`run_stepped` goes further for trials made of many equal parts (the
+ORM insert groups): it interleaves the contenders' trials part by part.
 """
 
 from __future__ import annotations
@@ -232,6 +234,89 @@ def run_group(
                 series = group.get(contender.name)
                 assert series is not None
                 series.samples.append(sample)
+    return group
+
+
+@dataclass
+class Steps:
+    """One trial cut into ``count`` steps, each timed on its own (see :func:`run_stepped`).
+
+    ``step(i)`` does the ``i``-th part of the work (timed); ``finish()`` runs
+    untimed after the last step, checks the work and returns the trial's
+    counters.
+    """
+
+    amount: float
+    count: int
+    step: Callable[[int], None]
+    finish: Callable[[], dict[str, float]] = dict
+
+
+@dataclass
+class Stepped:
+    """A contender of :func:`run_stepped`: ``start()`` prepares a trial (untimed) and cuts it."""
+
+    name: str
+    start: Callable[[], Steps]
+    note: str = ""
+
+
+def run_stepped(
+    group: Group,
+    contenders: list[Stepped],
+    repeats: int,
+    *,
+    log: Callable[[str], None] = print,
+) -> Group:
+    """Like :func:`run_group`, with the contenders' trials interleaved step by step.
+
+    Each repeat starts one trial per contender, then runs step 0 of every
+    trial, step 1 of every trial, and so on, rotating the order at every
+    step; a trial's time is the sum of its steps. The two sides of a ratio
+    then run within about one step of each other, not one or more whole
+    trials apart, so a slow stretch of the machine (the servers share its two
+    cores) lands on both. On the twelve ORM insert groups (trials of 10
+    chunks, or of 10 x 500 ``save()`` calls) it cut the standard deviation of
+    the paired ratios to the caller-set floor from 1.9-9.8% (median 5.6%),
+    whole trials in rotation, to 0.9-3.7% (median 2.4%), 11 repeats each.
+    """
+    live: list[Stepped] = []
+    for contender in contenders:
+        group.series.append(Series(contender.name, note=contender.note))
+        live.append(contender)
+    for repeat in range(repeats):
+        # As in run_group: collect, then freeze the heap left by setup and
+        # earlier suites out of the repeat's collections.
+        gc.collect()
+        gc.freeze()
+        try:
+            trials: list[tuple[Stepped, Steps]] = []
+            for contender in list(live):
+                try:
+                    trials.append((contender, contender.start()))
+                except Unavailable as exc:
+                    series = group.get(contender.name)
+                    assert series is not None
+                    series.unavailable = str(exc)
+                    live.remove(contender)
+                    log(f"    {contender.name}: not available: {exc}")
+            elapsed = [0.0] * len(trials)
+            order = list(range(len(trials)))
+            for index in range(max((steps.count for _, steps in trials), default=0)):
+                shift = (repeat + index) % len(order)
+                for position in order[shift:] + order[:shift]:
+                    steps = trials[position][1]
+                    if index < steps.count:
+                        started = time.perf_counter()
+                        steps.step(index)
+                        elapsed[position] += time.perf_counter() - started
+            for (contender, steps), seconds in zip(trials, elapsed, strict=True):
+                counters = steps.finish()
+                series = group.get(contender.name)
+                assert series is not None
+                series.samples.append(Sample(steps.amount, seconds, counters))
+        finally:
+            gc.unfreeze()
     return group
 
 

@@ -2,8 +2,9 @@
 
 Two paths: ``bulk_create`` in chunks of 10,000 and ``save()`` one row at a
 time, on SQLite, PostgreSQL and MariaDB (private databases of the run, see
-``benchmarks.django_setup``). Tables are emptied between trials (untimed),
-rows and distinct keys are counted after each. Issue 3's target:
+``benchmarks.django_setup``). The contenders' trials run in turn a chunk (or
+500 saves) at a time (``run_stepped``). Tables are emptied before each trial
+(untimed), rows and distinct keys are counted after each. Issue 3's target:
 ``bulk_create`` of 100,000 rows >= 0.95x ``BigAutoField``, with about one
 reservation per block.
 
@@ -23,10 +24,11 @@ import functools
 from typing import Any
 
 from benchmarks import django_setup
-from benchmarks.harness import Contender, Group, Sample, Unavailable, run_group, stopwatch
+from benchmarks.harness import Group, Stepped, Steps, Unavailable, run_stepped
 from benchmarks.servers import BACKEND_LABELS, Context
 
 CHUNK = 10_000
+SAVE_STEP = 500  # save() trials are interleaved this many rows at a time
 AUTOSEQ = "autoseq_django SequenceField"
 NATIVE = "BigAutoField"
 EXPLICIT = "BigAutoField, keys set by the caller"
@@ -55,6 +57,10 @@ class Setup:
             NATIVE: django_setup.make_model(
                 "dj_native", {"id": models.BigAutoField(primary_key=True), **payload()}
             ),
+            # The same model on a table of its own: the trials run side by side.
+            EXPLICIT: django_setup.make_model(
+                "dj_explicit", {"id": models.BigAutoField(primary_key=True), **payload()}
+            ),
         }
         for model in self.models.values():
             django_setup.create_table(model, self.using)
@@ -67,37 +73,39 @@ class Setup:
         except Exception:
             return 0  # not created yet: nothing reserved
 
-    def trial(self, model: Any, n: int, bulk: bool, explicit: bool = False) -> Sample:
+    def start(self, model: Any, n: int, bulk: bool, explicit: bool = False) -> Steps:
+        """Empty ``model``'s table (untimed) and cut a trial of ``n`` rows into steps."""
         manager = model.objects.using(self.using)
         django_setup.empty_table(model, self.using)
         before = self.reservations()
-        with stopwatch() as elapsed:
+        size = CHUNK if bulk else SAVE_STEP
+
+        def step(index: int) -> None:
+            rows = range(index * size, min(n, (index + 1) * size))
             if bulk and explicit:
-                for start in range(0, n, CHUNK):
-                    stop = min(n, start + CHUNK)
-                    manager.bulk_create(
-                        [model(id=i + 1, name=f"r{i}", amount=i) for i in range(start, stop)]
-                    )
+                manager.bulk_create([model(id=i + 1, name=f"r{i}", amount=i) for i in rows])
             elif bulk:
-                for start in range(0, n, CHUNK):
-                    stop = min(n, start + CHUNK)
-                    manager.bulk_create([model(name=f"r{i}", amount=i) for i in range(start, stop)])
+                manager.bulk_create([model(name=f"r{i}", amount=i) for i in rows])
             elif explicit:
                 # force_insert: a key set on a BigAutoField model would
                 # otherwise cost an UPDATE probe before each INSERT.
-                for i in range(n):
+                for i in rows:
                     model(id=i + 1, name=f"r{i}", amount=i).save(
                         using=self.using, force_insert=True
                     )
             else:
-                for i in range(n):
+                for i in rows:
                     model(name=f"r{i}", amount=i).save(using=self.using)
-        reservations = self.reservations() - before
-        rows = manager.count()
-        keys = manager.values("id").distinct().count()
-        if rows != n or keys != n:
-            raise AssertionError(f"{model.__name__}: {rows} rows, {keys} keys, expected {n}")
-        return Sample(n, elapsed[0], {"reservations": reservations})
+
+        def finish() -> dict[str, float]:
+            reservations = self.reservations() - before
+            rows = manager.count()
+            keys = manager.values("id").distinct().count()
+            if rows != n or keys != n:
+                raise AssertionError(f"{model.__name__}: {rows} rows, {keys} keys, expected {n}")
+            return {"reservations": reservations}
+
+        return Steps(n, -(-n // size), step, finish)
 
     def close(self) -> None:
         for model in self.models.values():
@@ -120,22 +128,18 @@ def run(ctx: Context) -> list[Group]:
         try:
             for group, n, is_bulk in ((bulk, bulk_n, True), (save, save_n, False)):
                 contenders = [
-                    Contender(name, lambda m=model, n=n, b=is_bulk, s=setup: s.trial(m, n, b))
+                    Stepped(
+                        name,
+                        functools.partial(setup.start, model, n, is_bulk, name == EXPLICIT),
+                        note="save(force_insert=True)" if name == EXPLICIT and not is_bulk else "",
+                    )
                     for name, model in setup.models.items()
                 ]
-                keyed = functools.partial(setup.trial, setup.models[NATIVE], n, is_bulk, True)
-                contenders.append(
-                    Contender(EXPLICIT, keyed, note="" if is_bulk else "save(force_insert=True)")
-                )
-                run_group(
-                    group,
-                    contenders,
-                    ctx.insert_repeats,
-                    warmup=False,
-                    log=ctx.log,
-                )
+                run_stepped(group, contenders, ctx.insert_repeats, log=ctx.log)
                 group.notes.append(
-                    f"{n:,} rows per trial" + (f" in chunks of {CHUNK:,}" if is_bulk else "")
+                    f"{n:,} rows per trial"
+                    + (f" in chunks of {CHUNK:,}" if is_bulk else "")
+                    + f", interleaved {'a chunk' if is_bulk else f'{SAVE_STEP:,} rows'} at a time"
                 )
         finally:
             setup.close()

@@ -6,9 +6,11 @@ SQLite an INTEGER rowid key, and beside it a BIGINT one, SequenceField's own
 type), the floor for any generator of explicit keys: the same rows with one
 more bound parameter each. Two insert paths, each in chunks of 10,000 rows
 committed per chunk: the unit of work (``session.add_all`` + commit) and the
-ORM bulk insert (``session.execute(insert(Model), [dicts])``). Tables are
-emptied between trials (untimed) so every trial starts alike; after each
-trial the rows are counted and their keys checked for duplicates.
+ORM bulk insert (``session.execute(insert(Model), [dicts])``). The
+contenders' trials run chunk by chunk in turn (``run_stepped``), so both
+sides of a ratio meet the same moments of the machine. Tables are emptied
+before each trial (untimed) so every trial starts alike; after each trial the
+rows are counted and their keys checked for duplicates.
 
 Issue 16's target, recorded as a check per group: >= 0.97x keys the caller
 sets in a column of SequenceField's own type (BIGINT; on SQLite the BIGINT
@@ -18,11 +20,12 @@ floor, as an INTEGER key is the rowid and skips the index a BIGINT key has).
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 from collections.abc import Callable
 from typing import Any
 
-from benchmarks.harness import Contender, Group, Sample, Unavailable, run_group, stopwatch
+from benchmarks.harness import Group, Stepped, Steps, Unavailable, run_stepped
 from benchmarks.servers import BACKEND_LABELS, Context, emptying_sql, unique_name
 
 CHUNK = 10_000
@@ -122,14 +125,20 @@ class Setup:
         integration.install(self.Session, store=self.store)
         self.integration = integration
 
-    def trial(self, model: Any, n: int, insert: Callable[[Any, Any, int], None]) -> Sample:
+    def start(self, model: Any, n: int, insert: Callable[[Any, Any, int, int], None]) -> Steps:
+        """Empty ``model``'s table (untimed) and cut a trial of ``n`` rows into chunks."""
         empty(self.engine, model)
         before = self.store.reservations
-        with stopwatch() as elapsed:
-            insert(self.Session, model, n)
-        reservations = self.store.reservations - before
-        verify(self.engine, model, n)
-        return Sample(n, elapsed[0], {"reservations": reservations})
+
+        def step(index: int) -> None:
+            insert(self.Session, model, index * CHUNK, min(n, (index + 1) * CHUNK))
+
+        def finish() -> dict[str, float]:
+            reservations = self.store.reservations - before
+            verify(self.engine, model, n)
+            return {"reservations": reservations}
+
+        return Steps(n, -(-n // CHUNK), step, finish)
 
     def close(self) -> None:
         self.integration.uninstall(self.Session)
@@ -177,22 +186,18 @@ def _rows(model: Any, start: int, stop: int) -> list[dict[str, Any]]:
     return [{"name": f"row {i}", "amount": i, "id": next(keys)} for i in range(start, stop)]
 
 
-def unit_of_work(maker: Any, model: Any, n: int) -> None:
-    for start in range(0, n, CHUNK):
-        with maker() as session:
-            session.add_all(
-                [model(**fields) for fields in _rows(model, start, min(n, start + CHUNK))]
-            )
-            session.commit()
+def unit_of_work(maker: Any, model: Any, start: int, stop: int) -> None:
+    with maker() as session:
+        session.add_all([model(**fields) for fields in _rows(model, start, stop)])
+        session.commit()
 
 
-def orm_bulk(maker: Any, model: Any, n: int) -> None:
+def orm_bulk(maker: Any, model: Any, start: int, stop: int) -> None:
     import sqlalchemy as sa
 
-    for start in range(0, n, CHUNK):
-        with maker() as session:
-            session.execute(sa.insert(model), _rows(model, start, min(n, start + CHUNK)))
-            session.commit()
+    with maker() as session:
+        session.execute(sa.insert(model), _rows(model, start, stop))
+        session.commit()
 
 
 PATHS = {"session.add_all + commit": unit_of_work, "ORM bulk insert(Model), [dicts]": orm_bulk}
@@ -221,17 +226,18 @@ def run(ctx: Context) -> list[Group]:
             continue
         try:
             for group, insert in zip(made, PATHS.values(), strict=True):
-                run_group(
+                run_stepped(
                     group,
                     [
-                        Contender(name, lambda m=model, f=insert, s=setup: s.trial(m, n, f))
+                        Stepped(name, functools.partial(setup.start, model, n, insert))
                         for name, model in setup.models.items()
                     ],
                     ctx.insert_repeats,
-                    warmup=False,
                     log=ctx.log,
                 )
-                group.notes.append(f"{n:,} rows per trial in chunks of {CHUNK:,}")
+                group.notes.append(
+                    f"{n:,} rows per trial in chunks of {CHUNK:,}, interleaved chunk by chunk"
+                )
                 # Issue 16's floor: the same column type with keys the caller sets.
                 floor = "caller-set keys, BIGINT" if backend == "sqlite" else "caller-set keys"
                 ctx.floor_check(group, floor, "autoincrement")
