@@ -11,7 +11,7 @@ import traceback
 from pathlib import Path
 
 from benchmarks.harness import Group, group_from_json
-from benchmarks.report import markdown, table, write_json
+from benchmarks.report import LoadLog, markdown, table, write_json
 from benchmarks.servers import run_context
 
 # In the order they run: cheap and CPU-bound first, servers after.
@@ -55,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown suite(s) {', '.join(unknown)}; choose from {', '.join(SUITES)}")
 
     started = time.time()
+    load = LoadLog()
     mode = "quick" if args.quick else "full"
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(started))
     out = args.out or RESULTS / f"{stamp}-{mode}.json"
@@ -77,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
             ctx.log(f"   {name} took {time.perf_counter() - suite_started:.1f} s")
             # Saved after every suite, so a run cut short keeps what it measured.
-            write_json(groups, out, quick=args.quick, checks=ctx.checks, started=started)
+            write_json(groups, out, quick=args.quick, checks=ctx.checks, started=started, load=load)
         checks = ctx.checks
 
     print(table(groups))
@@ -85,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
         print("\n== Targets")
         for check in checks:
             print(f"   {'PASS' if check['passed'] else 'MISS'}  {check['name']}: {check['detail']}")
-    write_json(groups, out, quick=args.quick, checks=checks, started=started)
+    load.stop()
+    write_json(groups, out, quick=args.quick, checks=checks, started=started, load=load)
     print(f"\nraw results: {out}")
     try:
         from benchmarks.chart import draw
@@ -94,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"chart: {chart_path}")
     except ImportError as exc:
         print(f"chart: skipped ({exc})")
-    print(f"total: {time.time() - started:.0f} s")
+    print(f"total: {time.time() - started:.0f} s; {load.summary()}")
     if failed:
         print(f"suites that crashed: {', '.join(failed)}", file=sys.stderr)
         return 1

@@ -6,6 +6,7 @@ import json
 import os
 import platform
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -111,6 +112,60 @@ def markdown(groups: list[Group]) -> str:
     return "\n".join(lines)
 
 
+def load_average() -> list[float] | None:
+    """The 1, 5 and 15 minute load averages, or None where /proc/loadavg is missing."""
+    try:
+        with open("/proc/loadavg") as loadavg:
+            return [float(part) for part in loadavg.read().split()[:3]]
+    except OSError:
+        return None
+
+
+class LoadLog:
+    """The machine's load average when a run starts, and once a minute during it.
+
+    A daemon thread wakes once every ``every`` seconds to read /proc/loadavg;
+    :meth:`as_json` adds the load at the moment of saving.
+    """
+
+    def __init__(self, every: float = 60.0) -> None:
+        self.at_start = load_average()
+        self.each_minute: list[tuple[int, float]] = []  # (seconds into the run, 1-minute load)
+        self._every = every
+        self._began = time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, name="benchmarks-load", daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self._every):
+            load = load_average()
+            if load is not None:
+                self.each_minute.append((round(time.monotonic() - self._began), load[0]))
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def summary(self) -> str:
+        """One line for the end of a run: the load at its start and while it ran."""
+        start = (
+            "unknown" if self.at_start is None else " / ".join(f"{x:.2f}" for x in self.at_start)
+        )
+        during = [load for _, load in self.each_minute]
+        sampled = (
+            f"; 1-minute load {min(during):.2f}..{max(during):.2f} each minute" if during else ""
+        )
+        return f"load average at the start {start}{sampled}"
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "loadavg_at_start": self.at_start,
+            "loadavg_at_save": load_average(),
+            "load_each_minute": [list(sample) for sample in self.each_minute],
+        }
+
+
 def machine() -> dict[str, Any]:
     """What the figures were measured on."""
     info: dict[str, Any] = {
@@ -125,15 +180,19 @@ def machine() -> dict[str, Any]:
                 if line.startswith("model name"):
                     info["cpu"] = line.split(":", 1)[1].strip()
                     break
-        with open("/proc/loadavg") as loadavg:
-            info["loadavg_at_start"] = loadavg.read().split()[:3]
     except OSError:
         pass
     return info
 
 
 def write_json(
-    groups: list[Group], path: Path, *, quick: bool, checks: list[dict[str, Any]], started: float
+    groups: list[Group],
+    path: Path,
+    *,
+    quick: bool,
+    checks: list[dict[str, Any]],
+    started: float,
+    load: LoadLog | None = None,
 ) -> None:
     """Everything measured, for later comparison (benchmarks/results/ is git-ignored)."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -141,7 +200,7 @@ def write_json(
         "when": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
         "seconds": round(time.time() - started, 1),
         "mode": "quick" if quick else "full",
-        "machine": machine(),
+        "machine": {**machine(), **(load.as_json() if load else {})},
         "checks": checks,
         "groups": [group.as_json() for group in groups],
     }

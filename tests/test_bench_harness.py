@@ -1,4 +1,4 @@
-"""The benchmark harness's stepped runner: interleaving, timing, and contenders that cannot run.
+"""The benchmark harness: the stepped runner (order, timing, refusals) and the load log.
 
 The ORM insert groups (issue 16's ratios near 0.97x) rely on it: both sides of
 a ratio must run step by step in turn, and each trial's time must be the sum of
@@ -7,12 +7,15 @@ its own steps only. Time here is a fake clock advanced by the steps.
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 from benchmarks import harness
 from benchmarks.harness import Group, Stepped, Steps, Unavailable, run_stepped
+from benchmarks.report import LoadLog
 
 
 class Clock:
@@ -117,3 +120,20 @@ def test_a_contender_that_cannot_start_is_marked_and_dropped(clock: Clock) -> No
     assert gone.samples == []
     assert len(a.samples) == 3
     assert lines == ["    gone: not available: no server here"]
+
+
+@pytest.mark.skipif(not Path("/proc/loadavg").exists(), reason="needs Linux's /proc/loadavg")
+def test_a_run_records_its_load_at_the_start_and_while_it_runs() -> None:
+    """The load at the start is read when the run starts, not when its results are saved."""
+    load = LoadLog(every=0.01)
+    at_start = load.at_start
+    deadline = time.monotonic() + 5
+    while len(load.each_minute) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    load.stop()
+    saved = load.as_json()
+    assert at_start is not None
+    assert len(at_start) == 3
+    assert saved["loadavg_at_start"] == at_start
+    assert len(saved["load_each_minute"]) >= 2
+    assert "load average at the start" in load.summary()
