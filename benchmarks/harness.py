@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 
 class Unavailable(Exception):
@@ -180,6 +180,20 @@ def group_from_json(data: dict[str, Any]) -> Group:
     return group
 
 
+_C = TypeVar("_C", "Contender", "Stepped")
+
+
+def set_aside(
+    group: Group, live: list[_C], contender: _C, exc: Unavailable, log: Callable[[str], None]
+) -> None:
+    """Mark ``contender`` unavailable in ``group`` (``exc`` says why); drop it from ``live``."""
+    series = group.get(contender.name)
+    assert series is not None
+    series.unavailable = str(exc)
+    live.remove(contender)
+    log(f"    {contender.name}: not available: {exc}")
+
+
 def run_group(
     group: Group,
     contenders: list[Contender | tuple[str, str]],
@@ -206,11 +220,7 @@ def run_group(
         try:
             return contender.trial()
         except Unavailable as exc:
-            series = group.get(contender.name)
-            assert series is not None
-            series.unavailable = str(exc)
-            live.remove(contender)
-            log(f"    {contender.name}: not available: {exc}")
+            set_aside(group, live, contender, exc, log)
             return None
 
     if warmup:
@@ -295,11 +305,7 @@ def run_stepped(
                 try:
                     trials.append((contender, contender.start()))
                 except Unavailable as exc:
-                    series = group.get(contender.name)
-                    assert series is not None
-                    series.unavailable = str(exc)
-                    live.remove(contender)
-                    log(f"    {contender.name}: not available: {exc}")
+                    set_aside(group, live, contender, exc, log)
             elapsed = [0.0] * len(trials)
             order = list(range(len(trials)))
             for index in range(max((steps.count for _, steps in trials), default=0)):

@@ -14,7 +14,16 @@ from types import SimpleNamespace
 import pytest
 
 from benchmarks import harness
-from benchmarks.harness import Group, Stepped, Steps, Unavailable, run_stepped
+from benchmarks.harness import (
+    Contender,
+    Group,
+    Sample,
+    Stepped,
+    Steps,
+    Unavailable,
+    run_group,
+    run_stepped,
+)
 from benchmarks.report import LoadLog
 
 
@@ -137,3 +146,26 @@ def test_a_run_records_its_load_at_the_start_and_while_it_runs() -> None:
     assert saved["loadavg_at_start"] == at_start
     assert len(saved["load_each_minute"]) >= 2
     assert "load average at the start" in load.summary()
+
+
+def test_run_group_sets_aside_a_contender_that_cannot_run() -> None:
+    lines: list[str] = []
+
+    def refuse() -> Sample:
+        raise Unavailable("not installed")
+
+    group = Group("t", "whole trials", "rows/s", subject="a")
+    run_group(
+        group,
+        [Contender("a", lambda: Sample(10, 1.0)), Contender("gone", refuse), ("absent", "why")],
+        repeats=2,
+        log=lines.append,
+    )
+    a, gone, absent = group.get("a"), group.get("gone"), group.get("absent")
+    assert a is not None
+    assert gone is not None
+    assert absent is not None
+    assert len(a.samples) == 2  # the warm-up round is not kept
+    assert gone.unavailable == "not installed"
+    assert absent.unavailable == "why"
+    assert lines == ["    gone: not available: not installed"]
