@@ -472,6 +472,7 @@ class SequenceLock:
             tally.last_latency = latency
             tally.row = block.row
             self._buffer.latest = block
+            self._sizer.fit_range(block.row.range_size)
             self._sizer.reserved(block.count, started)
 
     def _check_low_remaining(self, block: Block) -> None:

@@ -18,6 +18,13 @@ from autoseq.stores.base import Block
 #: runs of up to a block. Only a sequence taken that fast reaches it: blocks
 #: are sized to last ``block_seconds`` at the observed rate.
 DEFAULT_MAX_BATCH_COUNT = 2**24
+#: On a short range a block holds at most 1/RANGE_SHARE of the sequence's
+#: values (never less than ``batch_count``): a five-digit serial's 99,999
+#: values then go out in blocks of at most 900 (``batch_count`` 100), so one
+#: busy process cannot reserve what is left of the range while the others
+#: get :class:`~autoseq.errors.SequenceExhausted`. A 64-bit range never
+#: meets this cap; a nine-digit one meets it at about 10 million.
+RANGE_SHARE = 100
 #: Per reservation, a block grows at most this many times and shrinks to no
 #: less than 1/_SHRINK of the previous one: a burst or a pause measured once
 #: does not swing the size all the way.
@@ -34,7 +41,8 @@ class BlockSizer:
     multiple of ``floor`` not above it, when it is not one itself); with
     ``adaptive`` off (``batch=False``) the size stays where it started.
     From ``floor`` a size reaches the ceiling in a few reservations (16
-    times per step: 100 to 2**24 in five).
+    times per step: 100 to 2**24 in five). :meth:`fit_range` lowers the
+    ceiling to 1/:data:`RANGE_SHARE` of a short range.
     """
 
     __slots__ = (
@@ -44,6 +52,7 @@ class BlockSizer:
         "block_seconds",
         "ceiling",
         "floor",
+        "limit",
         "rate",
         "size",
     )
@@ -54,11 +63,24 @@ class BlockSizer:
         self.floor = floor
         self.adaptive = adaptive
         self.block_seconds = block_seconds
-        self.ceiling = max(max_batch_count or DEFAULT_MAX_BATCH_COUNT, floor)
+        self.limit = max(max_batch_count or DEFAULT_MAX_BATCH_COUNT, floor)  # as configured
+        self.ceiling = self.limit  # the limit, or less on a short range (fit_range)
         self.size = floor if adaptive else 1
         self.rate: float | None = None  # values per second, once two reservations were seen
         self._latest_at: float | None = None
         self._latest_count = 0
+
+    def fit_range(self, values: int) -> None:
+        """Cap sizes at 1/RANGE_SHARE of a range of ``values`` values, never below ``floor``.
+
+        Called with the stored row's range after each reservation, so a
+        change of ``end`` (``autoseq set``, the admin) moves the cap too.
+        """
+        floor = self.floor
+        share = values // RANGE_SHARE // floor * floor
+        self.ceiling = min(self.limit, max(floor, share))
+        if self.adaptive and self.size > self.ceiling:
+            self.size = max(floor, self.ceiling // floor * floor)
 
     def reservation(self, shortfall: int, buffer_for: int = 0) -> int:
         """Whole blocks covering ``shortfall``, and ``buffer_for`` values if more.

@@ -9,7 +9,13 @@ import pytest
 
 from autoseq import SequenceConfig
 from autoseq.buffer import Buffer
-from autoseq.pacing import DEFAULT_MAX_BATCH_COUNT, Backoff, BlockSizer, LowRemainingAlarm
+from autoseq.pacing import (
+    DEFAULT_MAX_BATCH_COUNT,
+    RANGE_SHARE,
+    Backoff,
+    BlockSizer,
+    LowRemainingAlarm,
+)
 from autoseq.stores.base import Block
 
 ROW = SequenceConfig("b")
@@ -176,6 +182,28 @@ def test_at_full_speed_the_default_ceiling_means_a_few_reservations_a_second() -
     steady = sizes[6:]
     assert set(steady) == {max(sizes)}
     assert rate / steady[0] <= 1.0  # reservations per second once warmed up
+
+
+def test_on_a_short_range_blocks_hold_at_most_a_hundredth_of_it() -> None:
+    """fit_range: 1/RANGE_SHARE of the range, in batch_count multiples, never below the floor."""
+    assert RANGE_SHARE == 100
+    sizer = BlockSizer(100, adaptive=True, block_seconds=60.0, max_batch_count=None)
+    sizer.size = 409_600  # as if it had grown on a long range
+    sizer.fit_range(99_999)
+    assert (sizer.ceiling, sizer.size) == (900, 900)
+    sizer.reserved(900, at=0.0)
+    sizer.reserved(900, at=0.001)  # 900,000 values/s wants far more
+    assert sizer.size == 900
+    sizer.fit_range(5_000)  # a range smaller than 100 blocks: batch_count still
+    assert (sizer.ceiling, sizer.size) == (100, 100)
+    sizer.fit_range(2**63)  # a 64-bit range: the configured ceiling again
+    assert sizer.ceiling == DEFAULT_MAX_BATCH_COUNT
+    capped = BlockSizer(100, adaptive=True, block_seconds=60.0, max_batch_count=300)
+    capped.fit_range(10**9)
+    assert capped.ceiling == 300  # never above max_batch_count
+    fixed = BlockSizer(100, adaptive=False, block_seconds=60.0, max_batch_count=None)
+    fixed.fit_range(99_999)
+    assert fixed.size == 1  # batch=False keeps one value per reservation
 
 
 def test_a_ceiling_that_is_not_a_multiple_of_batch_count_is_never_passed() -> None:

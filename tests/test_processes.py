@@ -109,3 +109,33 @@ def test_exit_hands_back_the_unused_block(tmp_path: Path) -> None:
     assert (first.returncode, second.returncode) == (0, 0), first.stderr + second.stderr
     assert (first.stdout.strip(), second.stdout.strip()) == ("15", "30")
     assert SQLStore(url).read("restart").current == 31
+
+
+def test_a_busy_process_leaves_a_short_range_to_a_second_process(tmp_path: Path) -> None:
+    """Two real processes on a five-digit range: the second is served while the first holds.
+
+    Before blocks were capped at 1/100 of a short range, the first process's
+    blocks grew to the rest of the range and the second got SequenceExhausted.
+    """
+    url = f"sqlite:///{tmp_path / 'serial.db'}"
+    busy = SequenceRegistry(SQLStore(url))
+    lock = busy.register(SequenceConfig("serial", end=99_999, batch_count=100))
+    taken = [lock.next() for _ in range(20_000)]
+    deadline = time.monotonic() + 10
+    while lock.stats()["loading"] and time.monotonic() < deadline:
+        time.sleep(0.01)  # the busy process's prefetch has landed
+    second = run_python(
+        f"""
+        from autoseq import SequenceConfig, SequenceRegistry
+        from autoseq.stores import SQLStore
+        registry = SequenceRegistry(SQLStore({url!r}))
+        lock = registry.register(SequenceConfig("serial", end=99_999, batch_count=100))
+        print(lock.next_many(500)[-1])
+        registry.close()
+        """
+    )
+    assert second.returncode == 0, second.stderr
+    last = int(second.stdout.strip())
+    assert last > max(taken)
+    assert last - 499 not in taken
+    busy.close()

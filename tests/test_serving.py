@@ -242,6 +242,46 @@ def test_the_default_ceiling_is_2_to_the_24_and_batch_count_stays_the_floor() ->
         BufferPolicy(grow_within=60.0)
 
 
+def test_one_busy_process_leaves_a_short_range_to_the_others() -> None:
+    """A five-digit serial (1..99,999) taken fast by one process still serves a second one.
+
+    Blocks grew 16x per reservation up to 2**24 whatever the range, so the
+    busy process's prefetch reserved the whole rest of the range and the
+    second got SequenceExhausted with 80,000 values unused. Blocks are now at
+    most 1/100 of a short range.
+    """
+    store = MemoryStore()
+    config = SequenceConfig("serial", end=99_999, batch_count=100)
+    busy = SequenceRegistry(store).register(config)  # two processes sharing the row
+    other = SequenceRegistry(store).register(config)
+    taken = [busy.next() for _ in range(20_000)]
+    deadline = time.monotonic() + 5
+    while busy.stats()["loading"] and time.monotonic() < deadline:
+        time.sleep(0.01)  # let the busy one's prefetch land
+    assert busy.stats()["block_size"] <= 900
+    assert other.next() not in taken
+    assert store.read("serial").current <= 20_000 + 2 * 900 + 100 + 1
+    busy.close()
+    other.close()
+
+
+def test_a_change_of_end_moves_the_range_cap() -> None:
+    """The cap follows the stored row: raising end lets blocks grow again."""
+    store = MemoryStore()
+    lock = SequenceRegistry(store, policy=BufferPolicy(block_seconds=3600.0)).register(
+        SequenceConfig("grow", end=99_999, batch_count=100)
+    )
+    for _ in range(6):
+        lock.next_many(5_000)
+    assert lock.stats()["block_size"] == 900
+    row = store.read("grow")
+    store.update(row.replace(end=10**9))  # as `autoseq set --end` would
+    for _ in range(4):
+        lock.next_many(50_000)
+    assert lock.stats()["block_size"] > 900
+    lock.close()
+
+
 def test_close_hands_back_the_unused_tail() -> None:
     """close() returns unserved values (current and prefetched block), so a restart has no gap."""
     memory = MemoryStore()
