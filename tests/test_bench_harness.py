@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -18,6 +19,7 @@ from benchmarks.harness import (
     Contender,
     Group,
     Sample,
+    Series,
     Stepped,
     Steps,
     Unavailable,
@@ -40,6 +42,14 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     fake = Clock()
     monkeypatch.setattr(harness, "time", SimpleNamespace(perf_counter=fake.perf_counter))
     return fake
+
+
+def series(group: Group, *names: str) -> list[Series]:
+    """The series of ``names`` in ``group``, each of which must be there."""
+    found = [group.get(name) for name in names]
+    missing = [name for name, one in zip(names, found, strict=True) if one is None]
+    assert not missing, f"no series {missing} in {group.title}"
+    return [one for one in found if one is not None]
 
 
 def contender(
@@ -77,9 +87,7 @@ def test_steps_are_interleaved_in_rotating_order_and_timed_apiece(clock: Clock) 
     assert [index for _, index in timed] == [0, 0, 1, 1, 2, 2] * 2
     # The order rotates from step to step, and from repeat to repeat.
     assert [name for name, _ in timed] == list("abbaab") + list("baabba")
-    a, b = group.get("a"), group.get("b")
-    assert a is not None
-    assert b is not None
+    a, b = series(group, "a", "b")
     # A trial's time is its own steps' only, not the other's in between.
     assert [s.seconds for s in a.samples] == [3.0, 3.0]
     assert [s.seconds for s in b.samples] == [9.0, 9.0]
@@ -102,32 +110,30 @@ def test_trials_of_unequal_length_each_run_all_their_steps(clock: Clock) -> None
     )
     assert [entry for entry in log if entry[0] == "a" and 0 <= entry[1] < 1] == [("a", 0)]
     assert [entry[1] for entry in log if entry[0] == "b" and 0 <= entry[1] < 3] == [0, 1, 2]
-    a, b = group.get("a"), group.get("b")
-    assert a is not None
-    assert b is not None
+    a, b = series(group, "a", "b")
     assert (a.samples[0].seconds, b.samples[0].seconds) == (1.0, 3.0)
 
 
-def test_a_contender_that_cannot_start_is_marked_and_dropped(clock: Clock) -> None:
-    log: list[tuple[str, int]] = []
+@pytest.mark.parametrize("runner", ["run_stepped", "run_group"])
+def test_a_contender_that_cannot_run_is_set_aside(clock: Clock, runner: str) -> None:
     lines: list[str] = []
 
-    def refuse() -> Steps:
+    def refuse() -> Any:
         raise Unavailable("no server here")
 
-    group = Group("t", "stepped", "rows/s", subject="a")
-    run_stepped(
-        group,
-        [contender("a", clock, log, 1.0), Stepped("gone", refuse)],
-        repeats=3,
-        log=lines.append,
-    )
-    gone, a = group.get("gone"), group.get("a")
-    assert gone is not None
-    assert a is not None
+    group = Group("t", runner, "rows/s", subject="a")
+    if runner == "run_stepped":
+        stepped = [contender("a", clock, [], 1.0), Stepped("gone", refuse)]
+        run_stepped(group, stepped, repeats=3, log=lines.append)
+    else:
+        whole = [Contender("a", lambda: Sample(10, 1.0)), Contender("gone", refuse)]
+        run_group(group, [*whole, ("absent", "why")], repeats=3, log=lines.append)
+        (absent,) = series(group, "absent")
+        assert absent.unavailable == "why"
+    a, gone = series(group, "a", "gone")
+    assert len(a.samples) == 3  # run_group's warm-up round is not kept
     assert gone.unavailable == "no server here"
     assert gone.samples == []
-    assert len(a.samples) == 3
     assert lines == ["    gone: not available: no server here"]
 
 
@@ -146,26 +152,3 @@ def test_a_run_records_its_load_at_the_start_and_while_it_runs() -> None:
     assert saved["loadavg_at_start"] == at_start
     assert len(saved["load_each_minute"]) >= 2
     assert "load average at the start" in load.summary()
-
-
-def test_run_group_sets_aside_a_contender_that_cannot_run() -> None:
-    lines: list[str] = []
-
-    def refuse() -> Sample:
-        raise Unavailable("not installed")
-
-    group = Group("t", "whole trials", "rows/s", subject="a")
-    run_group(
-        group,
-        [Contender("a", lambda: Sample(10, 1.0)), Contender("gone", refuse), ("absent", "why")],
-        repeats=2,
-        log=lines.append,
-    )
-    a, gone, absent = group.get("a"), group.get("gone"), group.get("absent")
-    assert a is not None
-    assert gone is not None
-    assert absent is not None
-    assert len(a.samples) == 2  # the warm-up round is not kept
-    assert gone.unavailable == "not installed"
-    assert absent.unavailable == "why"
-    assert lines == ["    gone: not available: not installed"]
