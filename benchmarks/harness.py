@@ -261,6 +261,21 @@ class Steps:
     step: Callable[[int], None]
     finish: Callable[[], dict[str, float]] = dict
 
+    @classmethod
+    def chunks(
+        cls,
+        amount: int,
+        size: int,
+        part: Callable[[int, int], None],
+        finish: Callable[[], dict[str, float]] = dict,
+    ) -> Steps:
+        """``amount`` units in chunks of ``size``: step ``i`` runs ``part(start, stop)``."""
+
+        def step(index: int) -> None:
+            part(index * size, min(amount, (index + 1) * size))
+
+        return cls(amount, -(-amount // size), step, finish)
+
 
 @dataclass
 class Stepped:

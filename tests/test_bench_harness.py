@@ -152,3 +152,13 @@ def test_a_run_records_its_load_at_the_start_and_while_it_runs() -> None:
     assert saved["loadavg_at_start"] == at_start
     assert len(saved["load_each_minute"]) >= 2
     assert "load average at the start" in load.summary()
+
+
+def test_chunks_cut_an_amount_into_whole_parts_and_a_short_last_one() -> None:
+    parts: list[tuple[int, int]] = []
+    steps = Steps.chunks(25, 10, lambda start, stop: parts.append((start, stop)))
+    assert (steps.amount, steps.count) == (25, 3)
+    for index in range(steps.count):
+        steps.step(index)
+    assert parts == [(0, 10), (10, 20), (20, 25)]
+    assert steps.finish() == {}

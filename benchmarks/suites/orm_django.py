@@ -78,10 +78,9 @@ class Setup:
         manager = model.objects.using(self.using)
         django_setup.empty_table(model, self.using)
         before = self.reservations()
-        size = CHUNK if bulk else SAVE_STEP
 
-        def step(index: int) -> None:
-            rows = range(index * size, min(n, (index + 1) * size))
+        def part(start: int, stop: int) -> None:
+            rows = range(start, stop)
             if bulk and explicit:
                 manager.bulk_create([model(id=i + 1, name=f"r{i}", amount=i) for i in rows])
             elif bulk:
@@ -105,7 +104,7 @@ class Setup:
                 raise AssertionError(f"{model.__name__}: {rows} rows, {keys} keys, expected {n}")
             return {"reservations": reservations}
 
-        return Steps(n, -(-n // size), step, finish)
+        return Steps.chunks(n, CHUNK if bulk else SAVE_STEP, part, finish)
 
     def close(self) -> None:
         for model in self.models.values():

@@ -130,15 +130,15 @@ class Setup:
         empty(self.engine, model)
         before = self.store.reservations
 
-        def step(index: int) -> None:
-            insert(self.Session, model, index * CHUNK, min(n, (index + 1) * CHUNK))
+        def part(start: int, stop: int) -> None:
+            insert(self.Session, model, start, stop)
 
         def finish() -> dict[str, float]:
             reservations = self.store.reservations - before
             verify(self.engine, model, n)
             return {"reservations": reservations}
 
-        return Steps(n, -(-n // CHUNK), step, finish)
+        return Steps.chunks(n, CHUNK, part, finish)
 
     def close(self) -> None:
         self.integration.uninstall(self.Session)
