@@ -16,6 +16,7 @@ from autoseq.errors import (
     SequenceExhausted,
     SequenceNotFound,
     StoreUnavailable,
+    UnsupportedInsert,
 )
 from autoseq.lock import BufferPolicy, SequenceLock
 from autoseq.registry import SequenceRegistry
@@ -38,6 +39,7 @@ __all__ = [
     "SequenceRegistry",
     "SequenceStore",
     "StoreUnavailable",
+    "UnsupportedInsert",
     "signals",
 ]
 __all__ += ["GaplessUnavailable", "InvalidSerial", "Serial"]

@@ -29,6 +29,7 @@ __all__ = [
     "await_only",
     "current_column",
     "engine_of",
+    "from_select_names",
     "in_greenlet",
     "insert_values",
     "is_from_select",
@@ -64,6 +65,11 @@ def is_multi_values(statement: Insert) -> bool:
 def is_from_select(statement: Insert) -> bool:
     """Whether the statement is ``insert().from_select(...)`` (``_select_names``)."""
     return bool(statement._select_names)
+
+
+def from_select_names(statement: Insert) -> list[str]:
+    """The column keys ``insert().from_select(names, ...)`` was given (``_select_names``)."""
+    return list(statement._select_names or ())
 
 
 def current_column(context: DefaultExecutionContext) -> Any:

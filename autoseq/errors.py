@@ -103,6 +103,25 @@ class ReservationConflict(StoreUnavailable):
     """Too many concurrent reservations collided; the retry bound was exceeded."""
 
 
+class UnsupportedInsert(AutoseqError, TypeError):
+    """An INSERT that cannot give each row its own value of a generated column.
+
+    ``INSERT ... FROM SELECT`` evaluates a Python-side column default once for
+    the whole statement, so every row would get the same value.
+    """
+
+    def __init__(self, table: str, column: str, what: str) -> None:
+        self.table = table
+        self.column = column
+        super().__init__(
+            f"insert({table}).from_select() would give every row the same value of "
+            f"{table}.{column}, which takes one value per row from {what}; nothing was "
+            f"written. Name {column!r} in from_select() and select a value for each row, "
+            "or insert the rows with a list of dicts (connection.execute(insert(table), "
+            "rows)), which takes one value per row"
+        )
+
+
 # snowflake ids --------------------------------------------------------------
 
 

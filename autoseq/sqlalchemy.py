@@ -62,7 +62,12 @@ from autoseq import _hooks
 from autoseq import _sqlalchemy_compat as compat
 from autoseq._sqlalchemy_target import Target
 from autoseq.config import MAX_VALUE, SequenceConfig, validate_name
-from autoseq.errors import AutoseqError, InvalidSequenceConfig, SequenceNotFound
+from autoseq.errors import (
+    AutoseqError,
+    InvalidSequenceConfig,
+    SequenceNotFound,
+    UnsupportedInsert,
+)
 from autoseq.lock import BufferPolicy, SequenceLock
 from autoseq.registry import RegistryCache, SequenceRegistry
 from autoseq.stores.base import SequenceStore
@@ -843,6 +848,7 @@ def _before_execute(
             _fill(multiparams or [params], list(orm.targets), lambda: connection, owned=True)
         return statement, multiparams, params
     if compat.is_from_select(statement):
+        _refuse_shared_defaults(statement)
         return statement, multiparams, params
     # Computed even with no parameters: it checks the keys given by values().
     found = [f for f in _table_columns(statement.table) if not _given_by_values(statement, f)]
@@ -858,6 +864,20 @@ def _before_execute(
     return (statement, filled, {}) if multiparams else (statement, [], filled[0])  # type: ignore[return-value]
 
 
+def _refuse_shared_defaults(statement: Insert) -> None:
+    """Refuse ``insert().from_select()`` that leaves a generated column to its default.
+
+    SQLAlchemy evaluates a Python-side default once for the whole statement
+    and binds it into the SELECT, so every selected row would get one value.
+    """
+    if not statement.include_insert_from_select_defaults:
+        return  # the column is left to the database (NULL or a server default)
+    names = set(compat.from_select_names(statement))
+    for key, column, kind in _table_columns(statement.table):
+        if key not in names:
+            raise UnsupportedInsert(column.table.name, key, kind.what)
+
+
 def _column_default(context: DefaultExecutionContext) -> Any:
     """Python-side default of every generated column: one value for one row.
 
@@ -868,6 +888,11 @@ def _column_default(context: DefaultExecutionContext) -> Any:
     column = compat.current_column(context)
     kind = _kind_of(column)
     assert kind is not None
+    statement = context.invoked_statement
+    if isinstance(statement, Insert) and compat.is_from_select(statement):
+        # Reached without the listener (an engine not watched yet); SQLAlchemy
+        # wraps it in StatementError, but still before anything is written.
+        raise UnsupportedInsert(column.table.name, column.key, kind.what)
     connection = context.root_connection
     engine = _engine_of(connection)
     installation = _for_engine(engine, connection)

@@ -34,7 +34,7 @@ from autoseq import (
     SequenceRegistry,
     signals,
 )
-from autoseq.errors import AutoseqError
+from autoseq.errors import AutoseqError, UnsupportedInsert
 from autoseq.sqlalchemy import (
     SequenceField,
     close_registries,
@@ -760,3 +760,46 @@ def test_insert_values_with_a_non_int_key_is_refused(setup: Setup, bad: Any) -> 
     ):
         connection.execute(sa.insert(setup.models.table).values(id=bad, name="x"))
     assert setup.rows() == []
+
+
+def three_names() -> Any:
+    """A SELECT of three rows with one ``name`` column, for ``from_select``."""
+    rows = [sa.select(sa.literal(name, sa.String(40)).label("name")) for name in "abc"]
+    return sa.union_all(*rows)
+
+
+@pytest.mark.parametrize(("names", "missing"), [(["id", "name"], "code"), (["code", "name"], "id")])
+def test_insert_from_select_leaving_a_sequence_column_is_refused(
+    setup: Setup, names: list[str], missing: str
+) -> None:
+    """INSERT ... FROM SELECT that leaves a sequence column to its default is refused, unwritten.
+
+    The default would be evaluated once for the statement, so every row
+    would share one value (a key: a misleading duplicate-key error).
+    """
+    table = setup.models.table
+    select = sa.select(sa.literal(7) + sa.func.length(sa.literal("x")), three_names().subquery())
+    statement = sa.insert(table).from_select(names, select)
+    with (
+        pytest.raises(UnsupportedInsert, match=rf"\.{missing}\b.*Name '{missing}'") as caught,
+        setup.engine.begin() as connection,
+    ):
+        connection.execute(statement)
+    assert (caught.value.table, caught.value.column) == (table.name, missing)
+    with pytest.raises(UnsupportedInsert), setup.maker.begin() as session:
+        session.execute(sa.insert(setup.Order).from_select(names, select))
+    assert setup.rows() == []
+
+
+def test_insert_from_select_naming_every_sequence_column_keeps_the_selected_values(
+    setup: Setup,
+) -> None:
+    """A from_select that gives the sequence columns inserts what the SELECT chose."""
+    numbered = three_names().subquery()
+    select = sa.select(
+        sa.func.length(numbered.c.name) + 100, sa.func.length(numbered.c.name) + 200, numbered
+    ).where(numbered.c.name == "b")
+    with setup.engine.begin() as connection:
+        statement = sa.insert(setup.models.table).from_select(["id", "code", "name"], select)
+        connection.execute(statement)
+    assert setup.rows() == [(101, 201, "b")]
