@@ -15,6 +15,7 @@ on both.
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -23,7 +24,8 @@ from sqlalchemy.engine.default import DefaultExecutionContext
 from sqlalchemy.orm import Mapper, ORMExecuteState, Session
 from sqlalchemy.orm.state import InstanceState
 from sqlalchemy.sql.dml import Insert
-from sqlalchemy.util.concurrency import await_only, in_greenlet
+from sqlalchemy.util import concurrency
+from sqlalchemy.util.concurrency import await_only
 
 __all__ = [
     "await_only",
@@ -55,6 +57,26 @@ def insert_values(statement: Insert) -> Mapping[Any, Any]:
     """What ``insert().values(...)`` gave (column or key -> value): ``_values``."""
     values: Mapping[Any, Any] | None = statement._values
     return values or {}
+
+
+def _greenlet_installed() -> bool:
+    try:
+        return importlib.util.find_spec("greenlet") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def in_greenlet() -> bool:
+    """Whether this runs in the greenlet of SQLAlchemy's asyncio bridge.
+
+    SQLAlchemy 2.1 no longer installs greenlet, and its ``in_greenlet()``
+    then raises ImportError: without greenlet there is no asyncio bridge, so
+    nothing runs in one (``pip install "autoseq[sqlalchemy]"`` alone).
+    """
+    return _GREENLET and concurrency.in_greenlet()
+
+
+_GREENLET = _greenlet_installed()
 
 
 def is_multi_values(statement: Insert) -> bool:

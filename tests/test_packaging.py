@@ -32,3 +32,49 @@ def test_importing_autoseq_and_its_testing_helpers_does_not_import_pytest() -> N
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+WITHOUT_GREENLET = """
+import sys
+
+
+class HideGreenlet:
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] == "greenlet":
+            raise ImportError("greenlet is not installed")
+
+
+sys.meta_path.insert(0, HideGreenlet())
+from sqlalchemy import create_engine, select
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session
+from autoseq.sqlalchemy import SequenceField, install
+
+
+class Base(DeclarativeBase): ...
+
+
+class Order(Base):
+    __tablename__ = "orders"
+    id: Mapped[int] = SequenceField(primary_key=True)
+
+
+install(Session)
+engine = create_engine("sqlite:///" + sys.argv[1])
+Base.metadata.create_all(engine)
+with Session(engine) as session:
+    session.add_all([Order() for _ in range(10)])
+    session.commit()
+    print(session.scalars(select(Order.id)).all())
+"""
+
+
+def test_sqlalchemy_quick_start_runs_without_greenlet(tmp_path: pathlib.Path) -> None:
+    """The sync quick start flushes where greenlet is absent (SQLAlchemy 2.1 no longer pulls it)."""
+    out = subprocess.run(
+        [sys.executable, "-c", WITHOUT_GREENLET, str(tmp_path / "app.db")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == str(list(range(1, 11)))
