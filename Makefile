@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: example test lint bench bench-quick clean docs
+.PHONY: example test lint bench bench-quick clean docs clean-install
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,10 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+
+# Each extra alone in a fresh venv runs the README's quick start (needs PyPI).
+clean-install:
+	$(PYTHON) .ci/clean_install.py
 
 bench: $(VENV)/.installed
 	$(PY) -m benchmarks
