@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: example test lint bench bench-quick clean docs clean-install
+.PHONY: example test lint bench bench-quick clean docs clean-install upstream-mongoengine
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,15 @@ lint: $(VENV)/.installed
 # Each extra alone in a fresh venv runs the README's quick start (needs PyPI).
 clean-install:
 	$(PYTHON) .ci/clean_install.py
+
+# mongoengine's own test_signals (from the installed release's sdist) with our field.
+UPSTREAM := $(VENV)/upstream
+upstream-mongoengine: $(VENV)/.installed
+	rm -rf $(UPSTREAM)/mongoengine && mkdir -p $(UPSTREAM)/mongoengine
+	$(PY) -m pip download -q --no-deps --no-binary :all: -d $(UPSTREAM) \
+		"mongoengine==$$($(PY) -c 'import mongoengine; print(mongoengine.__version__)')"
+	tar xzf $(UPSTREAM)/mongoengine-*.tar.gz -C $(UPSTREAM)/mongoengine --strip-components 1
+	AUTOSEQ_MONGOENGINE_SDIST=$(UPSTREAM)/mongoengine $(PY) -m pytest tests/test_mongoengine_upstream.py
 
 bench: $(VENV)/.installed
 	$(PY) -m benchmarks

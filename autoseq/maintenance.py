@@ -116,7 +116,7 @@ def _same(a: SequenceConfig, b: SequenceConfig) -> bool:
 def _check_floor(row: SequenceConfig, value: int, floor: int | None) -> None:
     if floor is not None and value <= floor:
         raise ValueMovesBackward(
-            f"sequence {row.name!r}: {value} is not past {floor}, the largest key already "
+            f"sequence {row.name!r}: {value} is not past {floor}, the largest value already "
             f"stored in a column using it; use {row.first_value_after(floor)} or more"
         )
 

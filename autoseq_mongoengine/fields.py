@@ -184,6 +184,15 @@ class SequenceField(BaseField):  # type: ignore[misc]
                 self.stored_max,
             )
 
+    def _stored_in(self) -> Any:
+        """The document class whose collection holds this field's values (None: unknown)."""
+        document = self.owner_document
+        if document is None or not _compat.has_collection(document):
+            return None  # an embedded document: its values live inside other documents
+        if _compat.is_abstract(document):
+            return None
+        return document
+
     def stored_max(self) -> int | None:
         """The largest value of this field already stored in the documents (None if none).
 
@@ -193,10 +202,8 @@ class SequenceField(BaseField):  # type: ignore[misc]
         """
         from autoseq_mongoengine.adoption import max_stored_value
 
-        document = self.owner_document
-        if document is None or not _compat.has_collection(document):
-            return None  # an embedded document: its values live inside other documents
-        if _compat.is_abstract(document):
+        document = self._stored_in()
+        if document is None:
             return None
         try:
             return max_stored_value(
@@ -284,8 +291,11 @@ class SequenceField(BaseField):  # type: ignore[misc]
         compare-and-set on the row's version (:mod:`autoseq.maintenance`),
         safe beside saves in other processes, and moves forward only: a
         value behind what was already issued raises ``ValueMovesBackward``
-        unless ``force=True`` (only with every writer stopped). Processes
-        that already hold a block keep serving it; this one drops its own.
+        unless ``force=True`` (only with every writer stopped), or unless no
+        stored document holds a value of the field (mongoengine's reset after
+        ``drop_collection()``). Never at or below a value already stored, even
+        forced. Processes that already hold a block keep serving it; this one
+        drops its own.
         """
         if isinstance(value, bool):
             raise InvalidSequenceConfig(f"set_next_value needs an integer value, got {value!r}")
@@ -299,6 +309,10 @@ class SequenceField(BaseField):  # type: ignore[misc]
             raise InvalidSequenceConfig(f"set_next_value needs an integer value, got {value!r}")
         name = self.get_sequence_name()
         store = self.store()
+        floor = self.stored_max()
+        # mongoengine's reset idiom (drop_collection(), then set_next_value(0))
+        # moves back over values no stored document holds any more.
+        restart = floor is None and self._stored_in() is not None
         row = store.read(name) or store.create(self.sequence_config())
         current = maintenance.first_value_after(row, last)
         if last < row.start - row.step or current > row.last_value:
@@ -307,7 +321,7 @@ class SequenceField(BaseField):  # type: ignore[misc]
                 f"{current}, outside [start={row.start}, end={row.end}]; "
                 "choose a value in range or change start/end first"
             )
-        maintenance.set_current(store, name, current, force=force)
+        maintenance.set_current(store, name, current, force=force or restart, floor=floor)
         sequences.forget(self.db_alias, self.collection_name, name)
         return self.value_decorator(last)
 

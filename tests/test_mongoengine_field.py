@@ -241,8 +241,33 @@ def test_set_next_value_behaves_like_mongoengine(me_db: Any) -> None:
     assert Ticket(title="after").save().id == 1001
     with pytest.raises(ValueMovesBackward, match="only move forward"):
         Ticket.serial.set_next_value(0)  # a reset could repeat serials already issued
-    assert Ticket.serial.set_next_value(0, force=True) == "0"
-    assert Ticket(title="reset").save().serial == "1"
+    with pytest.raises(ValueMovesBackward, match="already stored"):
+        Ticket.serial.set_next_value(0, force=True)  # serials "1" and "2" are stored
+    assert Ticket.serial.set_next_value(2, force=True) == "2"
+    assert Ticket(title="forced").save().serial == "3"
+
+
+def test_reset_after_drop_collection_restarts_at_one_as_mongoengines(me_db: Any) -> None:
+    """drop_collection() then set_next_value(0), mongoengine's reset idiom, restarts at 1."""
+    for round_ in range(3):
+        saved = [Ticket(title=str(i)).save() for i in range(3)]
+        assert [t.id for t in saved] == [1, 2, 3], f"round {round_}"
+        assert [t.serial for t in saved] == ["1", "2", "3"], f"round {round_}"
+        Ticket.drop_collection()
+        assert Ticket.id.set_next_value(0) == 0
+        assert Ticket.serial.set_next_value(0) == "0"
+    assert Ticket.objects.count() == 0
+
+
+def test_a_reset_below_a_stored_value_is_refused_and_nothing_moves(me_db: Any) -> None:
+    """set_next_value(0) while documents hold values refuses, forced or not; the row stays."""
+    Ticket(title="kept").save()
+    before = rows(me_db)["ticket"]["current"]
+    for force in (False, True):
+        with pytest.raises(ValueMovesBackward):
+            Ticket.id.set_next_value(0, force=force)
+    assert rows(me_db)["ticket"]["current"] == before
+    assert Ticket(title="next").save().id == 2
 
 
 def test_set_next_value_follows_step_and_range(me_db: Any) -> None:

@@ -38,6 +38,8 @@ def me_db(request: pytest.FixtureRequest) -> Iterator[Any]:
 
 
 COUNTERS = "mongoengine.counters"
+SEQUENCE_TESTS = "tests/fields/test_sequence_field.py"  # in the repository, not the sdist
+SIGNAL_TESTS = "tests/test_signals.py"  # in both
 
 #: Upstream tests that fail as written, and why (each reads the builtin's layout).
 FAIL_AS_WRITTEN = {
@@ -61,10 +63,14 @@ FAIL_WITHOUT_COUNTERS = {
 }
 
 
-def upstream_source() -> str | None:
+def upstream_source(relative: str) -> str | None:
+    """``relative`` (a path in mongoengine's repository) at the installed release, if reachable."""
     path = os.environ.get("AUTOSEQ_MONGOENGINE_TESTS")
-    if path:
+    if path and relative == SEQUENCE_TESTS:
         return Path(path).read_text()
+    in_sdist = Path(os.environ.get("AUTOSEQ_MONGOENGINE_SDIST") or "/nonexistent", relative)
+    if in_sdist.exists():
+        return in_sdist.read_text()
     repo = os.environ.get("AUTOSEQ_MONGOENGINE_REPO")
     if not repo:
         return None
@@ -75,7 +81,7 @@ def upstream_source() -> str | None:
         else (["git", "-C", repo])
     )
     shown = subprocess.run(
-        [*git, "show", f"{tag}:tests/fields/test_sequence_field.py"],
+        [*git, "show", f"{tag}:{relative}"],
         capture_output=True,
         text=True,
         check=False,
@@ -110,8 +116,13 @@ class _WithoutCounters(ast.NodeTransformer):
         return node
 
 
-def load_case(source: str, without_counters: bool) -> type[unittest.TestCase]:
-    """The upstream TestCase class, its module's names bound to autoseq's field."""
+def load_case(
+    source: str,
+    without_counters: bool,
+    case: str = "TestSequenceField",
+    bound: dict[str, Any] | None = None,
+) -> type[unittest.TestCase]:
+    """The upstream TestCase class ``case``, its module's names bound to autoseq's field."""
     tree = ast.parse(source)
     tree.body = [node for node in tree.body if not isinstance(node, (ast.Import, ast.ImportFrom))]
     if without_counters:
@@ -119,13 +130,17 @@ def load_case(source: str, without_counters: bool) -> type[unittest.TestCase]:
     names: dict[str, Any] = {
         name: getattr(mongoengine, name) for name in getattr(mongoengine, "__all__", ())
     }
+    names["signals"] = mongoengine.signals
     names["SequenceField"] = SequenceField
     names["MongoDBTestCase"] = unittest.TestCase
-    exec(compile(ast.fix_missing_locations(tree), "upstream_test_sequence_field.py", "exec"), names)
-    return names["TestSequenceField"]  # type: ignore[no-any-return]
+    names["unittest"] = unittest
+    names.update(bound or {})
+    exec(compile(ast.fix_missing_locations(tree), f"upstream_{case}.py", "exec"), names)
+    return names[case]  # type: ignore[no-any-return]
 
 
-SOURCE = upstream_source()
+SOURCE = upstream_source(SEQUENCE_TESTS)
+SIGNALS_SOURCE = upstream_source(SIGNAL_TESTS)
 TESTS = (
     sorted(FAIL_AS_WRITTEN)
     if SOURCE is None
@@ -135,7 +150,10 @@ TESTS = (
 
 def run_upstream(me_db: Any, name: str, without_counters: bool) -> None:
     if SOURCE is None:
-        pytest.skip("set AUTOSEQ_MONGOENGINE_TESTS or AUTOSEQ_MONGOENGINE_REPO to run these")
+        pytest.skip(
+            "set AUTOSEQ_MONGOENGINE_REPO (a clone: the sdist ships no tests/fields) "
+            "or AUTOSEQ_MONGOENGINE_TESTS to run these"
+        )
     case = load_case(SOURCE, without_counters)(name)
     case.db = me_db  # type: ignore[attr-defined]
     getattr(case, name)()
@@ -159,3 +177,43 @@ def test_upstream_without_counter_reads(me_db: Any, name: str) -> None:
             run_upstream(me_db, name, without_counters=True)
     else:
         run_upstream(me_db, name, without_counters=True)
+
+
+def server_bound(me_db: Any) -> dict[str, Any]:
+    """``connect`` and ``register_connection`` as upstream calls them, kept on the test server."""
+    host, port = me_db.client.address
+
+    def connect(*_args: Any, **_kwargs: Any) -> Any:
+        return me_db.client  # the fixture's default connection stands
+
+    def register_connection(alias: str, db: str | None = None, **_kwargs: Any) -> None:
+        mongoengine.register_connection(
+            alias, db=f"{me_db.name}_{db}", host=f"mongodb://{host}:{port}"
+        )
+
+    return {"connect": connect, "register_connection": register_connection}
+
+
+def test_upstream_signals_pass_with_autoseqs_field(
+    me_db: Any, request: pytest.FixtureRequest
+) -> None:
+    """mongoengine's test_signals, every case in one database as upstream runs them, passes.
+
+    Its ``Author`` is keyed by a ``SequenceField``; each setUp resets it with
+    ``drop_collection()`` then ``set_next_value(0)`` and expects ids from 1.
+    """
+    if SIGNALS_SOURCE is None:
+        pytest.skip("set AUTOSEQ_MONGOENGINE_SDIST or AUTOSEQ_MONGOENGINE_REPO to run these")
+    if request.node.callspec.params.get("me_db") == "mongomock":
+        pytest.skip("switch_db needs a second connection to a real server")
+    case = load_case(SIGNALS_SOURCE, False, "TestSignal", server_bound(me_db))
+    suite = unittest.defaultTestLoader.loadTestsFromTestCase(case)
+    try:
+        result = unittest.TestResult()
+        suite.run(result)
+    finally:
+        mongoengine.disconnect("testdb-1")
+    problems = [f"{test.id()}: {trace.splitlines()[-1]}" for test, trace in result.failures]
+    problems += [f"{test.id()}: {trace.splitlines()[-1]}" for test, trace in result.errors]
+    assert result.testsRun >= 7
+    assert not problems, problems
