@@ -22,8 +22,8 @@ from typing import Any
 
 from autoseq import _hooks
 from autoseq.config import MAX_VALUE, SequenceConfig, utc_now, validate_name
-from autoseq.errors import AutoseqError, GaplessUnavailable, InvalidCount, InvalidSequenceConfig
-from autoseq.lock import SequenceLock
+from autoseq.errors import AutoseqError, GaplessUnavailable, InvalidSequenceConfig
+from autoseq.lock import SequenceLock, check_count
 from autoseq.registry import SequenceRegistry
 from autoseq.stores.base import SequenceStore
 
@@ -376,8 +376,7 @@ class Serial:
 
     def next_many(self, n: int, connection: Any = None) -> list[str]:
         """``n`` serials of one period, in the order taken."""
-        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-            raise InvalidCount(f"next_many needs an int count of 0 or more, got {n!r}")
+        check_count(n)  # before any row is created
         if self.gapless:
             return self._next_gapless(connection, n) if n else []
         _day, values = self._take(n) if n else (None, [])

@@ -375,3 +375,39 @@ def test_rollover_across_processes_leaks_no_value_into_the_next_day(
     assert sorted(by_day["2026-12-01"])[:4] == [1, 2, 3, 4]
     setup.drop_table()
     setup.close()
+
+
+# counts are refused before any row is written (issue 29, item 14) ------------------------------
+
+
+@pytest.mark.parametrize("count", [10**12, 10_000_001, -1, 1.5, True, "3", None])
+def test_next_many_refuses_a_bad_count_before_creating_the_periods_row(
+    store: Any, count: Any
+) -> None:
+    """Serial.next_many(10**12) and other bad counts raise InvalidCount; no row is created."""
+    from autoseq.errors import InvalidCount
+
+    serial = Serial(store, "cnt", "{date:%Y%m}-{n}", period="month", clock=Clock(NOV_30_LATE))
+    with pytest.raises(InvalidCount, match="next_many"):
+        serial.next_many(count)
+    assert store.read_all() == []
+    assert serial.next_many(2) == ["202611-1", "202611-2"]
+    serial.close()
+
+
+@pytest.mark.parametrize("sql_backend", ["sqlite", "postgres", "mysql"], indirect=True)
+def test_gapless_next_many_refuses_a_bad_count_before_creating_the_row(
+    sql_store: Any, db_url: str
+) -> None:
+    """A gapless Serial.next_many(10**12, connection) raises InvalidCount and writes nothing."""
+    import sqlalchemy as sa
+
+    from autoseq.errors import InvalidCount
+
+    serial = Serial(sql_store, "gcnt", "G{n}", gapless=True)
+    engine = sa.create_engine(db_url)
+    with engine.begin() as connection, pytest.raises(InvalidCount, match="at most"):
+        serial.next_many(10**12, connection)
+    assert sql_store.read_all() == []
+    assert not sa.inspect(engine).has_table(f"{sql_store.table.name}_gapless")
+    engine.dispose()
