@@ -17,8 +17,8 @@ import string
 import threading
 import weakref
 from collections.abc import Callable
-from datetime import UTC, date, datetime, tzinfo
-from typing import Any
+from datetime import UTC, date, datetime, timedelta, tzinfo
+from typing import Any, NamedTuple
 
 from autoseq import _hooks
 from autoseq.config import MAX_VALUE, SequenceConfig, utc_now, validate_name
@@ -28,37 +28,112 @@ from autoseq.registry import SequenceRegistry
 from autoseq.stores.base import SequenceStore
 
 PERIODS = ("day", "month", "year")
-#: strftime directives a ``{date}`` spec may use, with the text each produces.
-_DATE_DIRECTIVES = {
-    "Y": r"\d{4}",
-    "y": r"\d{2}",
-    "m": r"\d{2}",
-    "d": r"\d{2}",
-    "j": r"\d{3}",
-    "b": r"[^\W\d_]+",
-    "B": r"[^\W\d_]+",
-    "a": r"[^\W\d_]+",
-    "A": r"[^\W\d_]+",
-    "%": "%",
-}
-#: Which directives show each part of a date (a period must be visible in its serials).
-_SHOWS = {"year": set("Yy"), "month": set("mbB"), "day": set("dj")}
-_NEEDS = {"year": ("year",), "month": ("year", "month"), "day": ("year", "day")}
-_DIRECTIVE = re.compile(r"%(.?)")
-_N_SPEC = re.compile(r"^(?:0(?P<width>[1-9]\d*))?d?$")
 _KEY_FORMAT = {"day": "%Y-%m-%d", "month": "%Y-%m", "year": "%Y"}
+_MONTHS: tuple[str, ...] = ("January", "February", "March", "April", "May", "June", "July")
+_MONTHS += ("August", "September", "October", "November", "December")
+_WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
+
+
+class _Directive(NamedTuple):
+    """A strftime directive ``{date}`` may use: what it shows, how it is written and read."""
+
+    shows: str  # "year", "month", "day" (of the month), "yday" (of the year) or ""
+    render: Callable[[date], str]
+    regex: str
+    width: int  # its longest text
+
+
+def _number(shows: str, value: Callable[[date], int], width: int, fill: str = "0") -> _Directive:
+    """A number padded to ``width`` with ``fill`` (``%e`` pads the day with a space)."""
+    spec = f"{fill}>{width}d"
+    chars = "0-9" if fill == "0" else f"{fill}0-9"
+    return _Directive(shows, lambda d: format(value(d), spec), f"[{chars}]{{{width}}}", width)
+
+
+def _name(
+    shows: str, names: tuple[str, ...], index: Callable[[date], int], cut: int = 0
+) -> _Directive:
+    shown = tuple(name[:cut] if cut else name for name in names)
+    # Longest first, so that a name is never cut short by one it starts with.
+    regex = "|".join(sorted(shown, key=len, reverse=True))
+    return _Directive(shows, lambda d: shown[index(d)], regex, max(map(len, shown)))
+
+
+_ABBREVIATED_MONTH = _name("month", _MONTHS, lambda d: d.month - 1, 3)
+#: Written here, never by the C library: the same text in every process, whatever its
+#: locale (``%b`` is ``Nov`` everywhere) or platform (``%Y`` is always four digits).
+_DIRECTIVES = {
+    "Y": _number("year", lambda d: d.year, 4),
+    "y": _number("year", lambda d: d.year % 100, 2),
+    "m": _number("month", lambda d: d.month, 2),
+    "b": _ABBREVIATED_MONTH,
+    "h": _ABBREVIATED_MONTH,
+    "B": _name("month", _MONTHS, lambda d: d.month - 1),
+    "d": _number("day", lambda d: d.day, 2),
+    "e": _number("day", lambda d: d.day, 2, fill=" "),
+    "j": _number("yday", lambda d: d.timetuple().tm_yday, 3),
+    "a": _name("", _WEEKDAYS, date.weekday, 3),
+    "A": _name("", _WEEKDAYS, date.weekday),
+    "u": _number("", date.isoweekday, 1),
+    "w": _number("", lambda d: d.isoweekday() % 7, 1),
+    "%": _Directive("", lambda d: "%", "%", 1),
+}
+#: Shorthands written out before anything else (the same on every platform).
+_EXPANSIONS = {"F": "%Y-%m-%d", "D": "%m/%d/%y"}
+_TIME = "it is a time of day, and {date} is the period's first day, which has none"
+_FLAG = "it is a platform-specific strftime flag; write the directive plainly (%d is zero-padded)"
+#: Directives refused, with why and what to write instead.
+_REFUSED = {
+    "G": "it is the ISO week-based year, which differs from the calendar year around "
+    "1 January (1 January 2027 is in ISO year 2026); use %Y",
+    "C": "it is the century alone; use %Y",
+    "x": "it depends on the locale; write what you want shown, e.g. %Y-%m-%d, or %m/%d/%y "
+    "(what %x shows in the C locale)",
+    "c": "it depends on the locale and shows a time; write e.g. %a %b %e %Y",
+    **dict.fromkeys(
+        "UWV",
+        "it is a week number, and periods are days, months and years; show the day with "
+        "%m and %d, or %j (the day of the year)",
+    ),
+    **dict.fromkeys("HIklMSpPfzZXTRrs", _TIME),
+    **dict.fromkeys("-_0^#EO", _FLAG),
+    "": "a lone % ends the spec; write a literal % as %%",
+}
+_UNKNOWN = (
+    "use only " + " ".join(f"%{d}" for d in _DIRECTIVES) + " (or %F for %Y-%m-%d, %D for %m/%d/%y)"
+)
+_PART_HINT = {
+    "year": "the year (%Y)",
+    "month": "the month (%m, %b or %B)",
+    "day": "the day of the month (%d)",
+}
+_DIRECTIVE = re.compile(r"%(.?)", re.DOTALL)
+_N_SPEC = re.compile(r"^(?:0(?P<width>[1-9][0-9]*))?d?$", re.ASCII)
 
 
 class InvalidSerial(AutoseqError, ValueError):
     """A text given to :meth:`Serial.parse` is not a serial of that template."""
 
 
-def _period_start(local: datetime, period: str) -> date:
+def _period_start(local: date, period: str) -> date:
     if period == "day":
-        return local.date()
+        return date(local.year, local.month, local.day)
     if period == "month":
         return date(local.year, local.month, 1)
     return date(local.year, 1, 1)
+
+
+def _missing_parts(period: str, shown: set[str]) -> list[str]:
+    """The parts of a date the period needs that ``shown`` lacks (empty: serials never repeat).
+
+    A day of the year (``%j``) with the year names a day, and so a month too.
+    """
+    missing = [] if "year" in shown else ["year"]
+    if period in ("day", "month") and not shown & {"month", "yday"}:
+        missing.append("month")
+    if period == "day" and "yday" not in shown and "day" not in shown:
+        missing.append("day")
+    return missing
 
 
 class _Template:
@@ -70,62 +145,58 @@ class _Template:
                 f"serial template must be a str, got {type(template).__name__} {template!r}"
             )
         self.text = template
-        self.pieces: list[tuple[str, str]] = []  # ("lit" | "n" | "date", text or spec)
+        #: ("lit", text), ("n", spec) or ("date", directive letter), in order.
+        self.pieces: list[tuple[str, str]] = []
         self.width: int | None = None
-        self.date_spec: str | None = None
-        try:
-            parsed = list(string.Formatter().parse(template))
-        except ValueError as exc:
-            raise InvalidSequenceConfig(
-                f"serial template {template!r} is not a valid str.format template ({exc}); "
-                "write a literal brace as {{ or }}"
-            ) from None
-        for literal, field, spec, conversion in parsed:
+        self.n_spec: str | None = None
+        self.has_date = False
+        for literal, field, spec, conversion in self._fields():
             if literal:
                 self.pieces.append(("lit", literal))
-            if field is None:
-                continue
-            if field not in ("n", "date"):
-                raise InvalidSequenceConfig(
-                    f"serial template {template!r} uses {{{field}}}; only {{n}} (the counter) "
-                    "and {date} (the period's date) are available"
-                )
-            if conversion:
-                raise InvalidSequenceConfig(
-                    f"serial template {template!r}: {{{field}!{conversion}}} converts the value "
-                    f"to text; drop the !{conversion}"
-                )
-            if any(kind == field for kind, _ in self.pieces):
-                raise InvalidSequenceConfig(
-                    f"serial template {template!r} uses {{{field}}} twice; use it once"
-                )
-            if "{" in (spec or ""):
-                raise InvalidSequenceConfig(
-                    f"serial template {template!r}: nested fields in a format spec are not "
-                    "supported; write the spec literally"
-                )
-            if field == "n":
-                self._check_n(spec or "")
-            else:
-                self._check_date(spec or "%Y-%m-%d", period)
-            self.pieces.append((field, spec or ("%Y-%m-%d" if field == "date" else "")))
-        if not any(kind == "n" for kind, _ in self.pieces):
+            if field is not None:
+                self._field(field, spec or "", conversion)
+        self._check_shape(period)
+        self.pattern = re.compile(
+            "".join(
+                self._regex(index, kind, text) for index, (kind, text) in enumerate(self.pieces)
+            ),
+            re.ASCII,
+        )
+
+    def _fields(self) -> list[tuple[str, str | None, str | None, str | None]]:
+        try:
+            return list(string.Formatter().parse(self.text))
+        except ValueError as exc:
             raise InvalidSequenceConfig(
-                f"serial template {template!r} has no {{n}}; put the counter in it, "
-                "e.g. 'INV-{n:05d}'"
-            )
-        if period is not None and self.date_spec is None:
+                f"serial template {self.text!r} is not a valid str.format template ({exc}); "
+                "write a literal brace as {{ or }}"
+            ) from None
+
+    def _field(self, field: str, spec: str, conversion: str | None) -> None:
+        if field not in ("n", "date"):
             raise InvalidSequenceConfig(
-                f"serial template {template!r} with period={period!r} has no {{date}}: the "
-                "counter restarts each period, so serials would repeat; add e.g. "
-                f"{{date:{_KEY_FORMAT[period].replace('-', '')}}}"
+                f"serial template {self.text!r} uses {{{field}}}; only {{n}} (the counter) "
+                "and {date} (the period's date) are available"
             )
-        if period is None and self.date_spec is not None:
+        if conversion:
             raise InvalidSequenceConfig(
-                f"serial template {template!r} uses {{date}} but period is None; "
-                "give period='day', 'month' or 'year'"
+                f"serial template {self.text!r}: {{{field}!{conversion}}} converts the value "
+                f"to text; drop the !{conversion}"
             )
-        self.pattern = re.compile("".join(self._regex(kind, text) for kind, text in self.pieces))
+        if "{" in spec:
+            raise InvalidSequenceConfig(
+                f"serial template {self.text!r}: nested fields in a format spec are not "
+                "supported; write the spec literally"
+            )
+        if field == "date":
+            self._add_date(spec or "%Y-%m-%d")  # str(date) is the ISO date
+            return
+        if self.n_spec is not None:
+            raise InvalidSequenceConfig(
+                f"serial template {self.text!r} uses {{n}} twice; use it once"
+            )
+        self._check_n(spec)
+        self.pieces.append(("n", spec))
 
     def _check_n(self, spec: str) -> None:
         match = _N_SPEC.match(spec)
@@ -134,6 +205,7 @@ class _Template:
                 f"serial template {self.text!r}: {{n:{spec}}} is not supported; use {{n}}, "
                 "{n:d} or a zero-padded fixed width such as {n:06d}"
             )
+        self.n_spec = spec
         if match["width"]:
             self.width = int(match["width"])
             if 10**self.width - 1 > MAX_VALUE:
@@ -142,43 +214,72 @@ class _Template:
                     "counter can fill; use a width of 18 digits or fewer"
                 )
 
-    def _check_date(self, spec: str, period: str | None) -> None:
-        shown: set[str] = set()
-        directives = _DIRECTIVE.findall(spec)
-        for directive in directives:
-            if directive not in _DATE_DIRECTIVES:
+    def _add_date(self, spec: str) -> None:
+        self.has_date = True
+        written = _DIRECTIVE.sub(lambda m: _EXPANSIONS.get(m[1], m[0]), spec)
+        for index, part in enumerate(_DIRECTIVE.split(written)):
+            if index % 2 == 0:
+                if part:
+                    self.pieces.append(("lit", part))
+                continue
+            if part not in _DIRECTIVES:
                 raise InvalidSequenceConfig(
-                    f"serial template {self.text!r}: %{directive} is not allowed in {{date}}; "
-                    f"{{date}} is the period's date, use only "
-                    + " ".join(f"%{d}" for d in _DATE_DIRECTIVES)
+                    f"serial template {self.text!r}: %{part} is not allowed in "
+                    f"{{date:{spec}}}: {_REFUSED.get(part, _UNKNOWN)}"
                 )
-            for part, letters in _SHOWS.items():
-                if directive in letters:
-                    shown.add(part)
-        if "j" in directives:
-            shown.add("month")
-        if period is not None:
-            missing = [part for part in _NEEDS[period] if part not in shown]
-            if missing:
-                raise InvalidSequenceConfig(
-                    f"serial template {self.text!r}: {{date:{spec}}} does not show the "
-                    f"{' and '.join(missing)}, so serials of different {period}s would repeat; "
-                    f"use e.g. {{date:{_KEY_FORMAT[period].replace('-', '')}}}"
-                )
-        self.date_spec = spec
+            self.pieces.append(("date", part))
 
-    def _regex(self, kind: str, text: str) -> str:
+    def _check_shape(self, period: str | None) -> None:
+        has_date = self.has_date
+        if self.n_spec is None:
+            raise InvalidSequenceConfig(
+                f"serial template {self.text!r} has no {{n}}; put the counter in it, "
+                "e.g. 'INV-{n:05d}'"
+            )
+        if period is None and has_date:
+            raise InvalidSequenceConfig(
+                f"serial template {self.text!r} uses {{date}} but period is None; "
+                "give period='day', 'month' or 'year'"
+            )
+        if period is None:
+            return
+        shown = {_DIRECTIVES[text].shows for kind, text in self.pieces if kind == "date"}
+        missing = _missing_parts(period, shown)
+        example = f"{{date:{_KEY_FORMAT[period].replace('-', '')}}}"
+        if not has_date:
+            raise InvalidSequenceConfig(
+                f"serial template {self.text!r} with period={period!r} has no {{date}}: the "
+                f"counter restarts each period, so serials would repeat; add e.g. {example}"
+            )
+        if missing:
+            raise InvalidSequenceConfig(
+                f"serial template {self.text!r}: its {{date}} does not show "
+                + " and ".join(_PART_HINT[part] for part in missing)
+                + f", so serials of different {period}s would repeat; use e.g. {example}"
+                + (" or {date:%Y%j}" if period == "day" else "")
+            )
+
+    def _regex(self, index: int, kind: str, text: str) -> str:
         if kind == "lit":
             return re.escape(text)
-        if kind == "n":
-            return rf"(?P<n>\d{{{self.width}}})" if self.width else r"(?P<n>\d+)"
-        out = []
-        for part in re.split(r"(%.)", text):
-            if part.startswith("%") and len(part) == 2:
-                out.append(_DATE_DIRECTIVES[part[1]])
-            else:
-                out.append(re.escape(part))
-        return "(?P<date>" + "".join(out) + ")"
+        if kind == "date":
+            return f"(?P<d{index}>{_DIRECTIVES[text].regex})"
+        if self.width:
+            return f"(?P<n>[0-9]{{{self.width}}})"
+        return f"(?P<n>0|[1-9][0-9]{{0,{len(str(MAX_VALUE)) - 1}}})"
+
+    @property
+    def end(self) -> int:
+        """The largest counter the template shows (``10**W - 1`` for ``{n:0Wd}``)."""
+        return 10**self.width - 1 if self.width else MAX_VALUE
+
+    def date_fields(self, match: re.Match[str]) -> dict[str, str]:
+        """What each directive of a matched text shows, by directive letter."""
+        return {
+            text: match[f"d{index}"]
+            for index, (kind, text) in enumerate(self.pieces)
+            if kind == "date"
+        }
 
     def for_period(self, day: date | None) -> str:
         """The template with the date filled in, leaving only ``{n...}`` to format."""
@@ -190,14 +291,12 @@ class _Template:
                 out.append(text.replace("{", "{{").replace("}", "}}"))
             else:
                 assert day is not None
-                out.append(format(day, text).replace("{", "{{").replace("}", "}}"))
+                out.append(_DIRECTIVES[text].render(day).replace("{", "{{").replace("}", "}}"))
         return "".join(out)
 
     @property
     def max_length(self) -> int:
         """The longest serial this template makes (a fixed width, or a 19-digit counter)."""
-        sample = date(2000, 12, 31)  # two-digit month and day; %B names are measured below
-        longest_name = 9  # "September", "Wednesday" in English
         total = 0
         for kind, text in self.pieces:
             if kind == "lit":
@@ -205,8 +304,7 @@ class _Template:
             elif kind == "n":
                 total += self.width or len(str(MAX_VALUE))
             else:
-                total += len(format(sample, text.replace("%B", "").replace("%A", "")))
-                total += longest_name * (text.count("%B") + text.count("%A"))
+                total += _DIRECTIVES[text].width
         return total
 
 
@@ -250,7 +348,7 @@ class Serial:
             raise InvalidSequenceConfig(
                 f"serial {name!r}: start={start!r}; a serial counter starts at 0 or more"
             )
-        end = 10**self.template.width - 1 if self.template.width else MAX_VALUE
+        end = self.template.end
         if start > end:
             raise InvalidSequenceConfig(
                 f"serial {name!r}: start={start} does not fit {template!r} "
@@ -395,23 +493,59 @@ class Serial:
         return self._formatter(day)(n=counter)
 
     def parse(self, text: str) -> tuple[str | None, int]:
-        """``(period key, counter)`` of a serial made by this template; ``InvalidSerial`` else."""
+        """``(period key, counter)`` of a serial this template makes; ``InvalidSerial`` else.
+
+        Exact: a text is read only if formatting what it reads gives the same
+        text back, so two texts never read as the same serial.
+        """
         match = self.template.pattern.fullmatch(text) if isinstance(text, str) else None
         if match is None:
             raise InvalidSerial(
-                f"{text!r} is not a serial of {self.name!r} (template {self.template.text!r})"
+                f"{text!r} is not a serial of {self.name!r} (template {self.template.text!r}): "
+                "its shape differs (ASCII digits only, the counter without leading zeros "
+                "beyond its width, month and day names as in 'Nov' and 'November')"
             )
         counter = int(match["n"])
-        if self.period is None or self.template.date_spec is None:
-            return None, counter
-        try:
-            stamped = datetime.strptime(match["date"], self.template.date_spec)
-        except ValueError as exc:
+        if counter > self.template.end:
             raise InvalidSerial(
-                f"{text!r} is not a serial of {self.name!r}: its date {match['date']!r} "
-                f"does not read as {self.template.date_spec!r} ({exc})"
+                f"{text!r} is not a serial of {self.name!r}: its counter {counter} is past "
+                f"{self.template.end}, the largest the template makes"
+            )
+        day = self._read_day(text, self.template.date_fields(match))
+        made = self.format(counter, day)
+        if made != text:
+            raise InvalidSerial(
+                f"{text!r} is not a serial of {self.name!r}: its counter and date read as "
+                f"{made!r}, which is what the template makes of them (a date whose parts "
+                "disagree, or one that is not a period's first day)"
+            )
+        return self.period_key(day), counter
+
+    def _read_day(self, text: str, fields: dict[str, str]) -> date | None:
+        """The first day of the period ``fields`` show (None without a period)."""
+        if self.period is None:
+            return None
+        year = int(fields["Y"]) if "Y" in fields else self._century(int(fields["y"]))
+        month = fields.get("m") or fields.get("B") or fields.get("b") or fields.get("h")
+        dom = fields.get("d") or fields.get("e")
+        try:
+            if "j" in fields and (month is None or dom is None):
+                day = date(year, 1, 1) + timedelta(days=int(fields["j"]) - 1)
+            else:
+                day = date(year, _month_number(month), int(dom or 1))
+        except (ValueError, OverflowError):
+            raise InvalidSerial(
+                f"{text!r} is not a serial of {self.name!r}: its date parts {fields} name "
+                "no day of the calendar"
             ) from None
-        return self.period_key(_period_start(stamped, self.period)), counter
+        return _period_start(day, self.period)
+
+    def _century(self, two_digits: int) -> int:
+        """The latest year ending in ``two_digits``, up to next year (by the serial's clock)."""
+        now = self._now()
+        assert now is not None
+        latest = now.year + 1
+        return latest - (latest - two_digits) % 100
 
     @property
     def max_length(self) -> int:
@@ -450,6 +584,15 @@ def _gapless_module(store: object, name: str) -> Any:
         "rollback gives it back, and this store has no such transaction; use gapless=False "
         "(blocks, gaps possible) or a SQL database"
     )
+
+
+def _month_number(month: str | None) -> int:
+    """A month read from a serial as a number: ``"11"``, ``"Nov"`` or ``"November"`` is 11."""
+    if month is None:
+        return 1
+    if month.isdigit():
+        return int(month)
+    return next(number for number, name in enumerate(_MONTHS, 1) if name.startswith(month))
 
 
 def _zone(tz: str | tzinfo) -> tzinfo:

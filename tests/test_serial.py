@@ -225,7 +225,7 @@ def test_parse_refuses_text_the_template_did_not_make(text: Any) -> None:
         ("INV-{date:%Y}-{n}", None, "period is None"),
         ("INV-{date:%Y}-{n}", "month", "does not show the month"),
         ("INV-{date:%m}-{n}", "month", "does not show the year"),
-        ("INV-{date:%Y%m%d %H}-{n}", "day", "%H is not allowed"),
+        ("INV-{date:%Y%m%d %H}-{n}", "day", "%H is not allowed in {date:%Y%m%d %H}: it is a time"),
         ("INV-{n:5d}", None, "zero-padded fixed width"),
         ("INV-{n:x}", None, "zero-padded fixed width"),
         ("INV-{n:019d}", None, "18 digits or fewer"),
@@ -375,6 +375,305 @@ def test_rollover_across_processes_leaks_no_value_into_the_next_day(
     assert sorted(by_day["2026-12-01"])[:4] == [1, 2, 3, 4]
     setup.drop_table()
     setup.close()
+
+
+# exact templates: a period's {date} shows the whole period (issue 29, item 3) -----------------
+
+MID_NOVEMBER = datetime(2026, 11, 15, 12, 0, tzinfo=UTC)
+
+
+def _serials_over_days(store: Any, template: str, days: int, per_day: int) -> list[str]:
+    """``per_day`` serials on each of ``days`` simulated days from 15 November 2026."""
+    clock = Clock(MID_NOVEMBER)
+    serial = Serial(store, "days", template, period="day", clock=clock, batch_count=4)
+    taken: list[str] = []
+    for _ in range(days):
+        taken += [serial.next(), *serial.next_many(per_day - 1)]
+        clock.now += timedelta(days=1)
+    serial.close()
+    return taken
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        "ORD-{date:%Y%d}-{n:05d}",
+        "ORD-{date:%d-%Y}-{n:05d}",
+        "ORD-{date:%a %d %Y}-{n:05d}",
+        "ORD-{date:%y%e}-{n:05d}",
+        "ORD-{date:%A %d}{date:%Y}-{n:05d}",
+    ],
+)
+def test_day_templates_that_hide_the_month_are_refused_on_every_store(
+    store: Any, template: str
+) -> None:
+    """A day's {date} without the month is refused before any row is written (it used to
+    give 5 January and 5 February the same serials)."""
+    try:
+        taken = _serials_over_days(store, template, days=120, per_day=3)
+    except InvalidSequenceConfig as exc:
+        refusal = str(exc)
+    else:
+        repeated = len(taken) - len(set(taken))
+        pytest.fail(f"{template} was accepted: {repeated} of {len(taken)} serials repeated")
+    assert "does not show the month (%m, %b or %B)" in refusal
+    assert "{date:%Y%m%d}" in refusal
+    assert store.read_all() == []
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        "ORD-{date:%Y%m%d}-{n:05d}",
+        "{date:%y%j}{n:04d}",
+        "{date:%a %e %b %Y}/{n}",
+        "{date:%d}{n:03d}{date:%B%y}",
+    ],
+)
+def test_accepted_day_templates_never_repeat_over_120_days(store: Any, template: str) -> None:
+    """120 simulated days across a new year, 3 serials a day: none repeats, each reads back."""
+    taken = _serials_over_days(store, template, days=120, per_day=3)
+    assert len(taken) == len(set(taken)) == 360
+    parser = Serial(MemoryStore(), "days", template, period="day", clock=Clock(MID_NOVEMBER))
+    keys = [parser.parse(text)[0] for text in taken]
+    first = MID_NOVEMBER.date()
+    assert keys == [str(first + timedelta(days=i // 3)) for i in range(360)]
+    assert len([row for row in store.read_all() if row.name.startswith("days:")]) == 120
+
+
+#: Directives whose every combination (up to three) is tried by the probe test below.
+PROBED = ["%Y", "%y", "%m", "%b", "%B", "%d", "%e", "%j", "%a", "%u", "%w", "%%"]
+
+
+def _probe_days(period: str) -> list[datetime]:
+    """First days of periods from 2027 on: two years of each, and the 5th of months
+    over 34 years (dates 28 years apart share their weekday)."""
+    start = datetime(2027, 1, 1)
+    if period == "year":
+        return [start.replace(year=2027 + i) for i in range(60)]
+    if period == "month":
+        return [start.replace(year=2027 + i // 12, month=i % 12 + 1) for i in range(12 * 60)]
+    days = [start + timedelta(days=i) for i in range(731)]
+    return days + [start.replace(year=y, month=m, day=5) for y in range(2029, 2061) for m in (1, 3)]
+
+
+@pytest.mark.parametrize("period", ["day", "month", "year"])
+def test_a_template_is_accepted_exactly_when_its_periods_have_distinct_texts(period: str) -> None:
+    """Every {date} of up to three directives: accepted ones give each probed period its own
+    text (strftime's in the C locale); refused ones name a missing part, and some probed
+    periods share a text."""
+    from itertools import product
+
+    days = [day.date() for day in _probe_days(period)]
+    accepted = refused = 0
+    for size in (1, 2, 3):
+        for combination in product(PROBED, repeat=size):
+            spec = "-".join(combination)
+            try:
+                serial = Serial(MemoryStore(), "p", f"{{date:{spec}}}/{{n}}", period=period)
+            except InvalidSequenceConfig as exc:
+                serial, refusal = None, str(exc)
+            if serial is None:
+                assert "does not show" in refusal, spec
+                texts = {_render(spec, day) for day in days}
+                assert len(texts) < len(days), f"{spec} refused but never repeats"
+                refused += 1
+                continue
+            texts = {serial.format(1, day) for day in days}
+            assert len(texts) == len(days), f"{spec} accepted but repeats for period {period}"
+            assert texts == {f"{_render(spec, day)}/1" for day in days}
+            accepted += 1
+    assert accepted > 50
+    assert refused > 50
+
+
+def _render(spec: str, day: Any) -> str:
+    """``spec`` as the C library writes it (only C-locale, portable directives are probed)."""
+    return str(day.strftime(spec))
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("%x", "depends on the locale"),
+        ("%c", "depends on the locale"),
+        ("%G%m%d", "ISO week-based year"),
+        ("%Y%V%u", "week number"),
+        ("%Y%U%w", "week number"),
+        ("%Y%W%a", "week number"),
+        ("%C%y%m%d", "century alone"),
+        ("%Y%m%-d", "platform-specific strftime flag"),
+        ("%Y%m%_d", "platform-specific strftime flag"),
+        ("%Y%m%Od", "platform-specific strftime flag"),
+        ("%Y%m%d%", "lone %"),
+        ("%Y%m%d%T", "time of day"),
+        ("%Y%m%d%Z", "time of day"),
+        ("%Y%m%d%s", "time of day"),
+        ("%Y%m%d%q", "use only %Y %y"),
+    ],
+)
+def test_directives_whose_text_is_not_sure_are_refused_with_what_to_use(
+    spec: str, message: str
+) -> None:
+    """Locale-, platform- and week-based directives, time and unknown ones are refused by name."""
+    with pytest.raises(InvalidSequenceConfig, match=f"is not allowed in .*{message}"):
+        Serial(MemoryStore(), "d", f"{{date:{spec}}}-{{n}}", period="day")
+
+
+@pytest.mark.parametrize(
+    ("template", "message"),
+    [
+        ("{date!s}-{n}", "drop the !s"),
+        ("{date!r:%Y%m%d}-{n}", "drop the !r"),
+        ("{date.year}{date:%m%d}-{n}", "only {n}"),
+        ("{date[0]}-{n}", "only {n}"),
+        ("{date:{spec}}-{n}", "nested fields"),
+        ("{date:Ymd}-{n}", "does not show the year"),
+        ("{{date:%Y%m%d}}-{n}", "has no {date}"),
+    ],
+)
+def test_format_tricks_on_date_are_refused(template: str, message: str) -> None:
+    """Conversions, attribute and index lookups, nested specs and escaped braces are no {date}."""
+    with pytest.raises(InvalidSequenceConfig, match=message):
+        Serial(MemoryStore(), "t", template, period="day")
+
+
+@pytest.mark.parametrize(
+    ("template", "period", "made"),
+    [
+        ("{date}-{n}", "day", "2026-03-05-7"),
+        ("{date:}-{n}", "day", "2026-03-05-7"),
+        ("{date:%F}-{n}", "day", "2026-03-05-7"),
+        ("{date:%D}-{n}", "day", "03/05/26-7"),
+        ("{date:%Y}/{n:03d}/{date:%m}", "month", "2026/007/03"),
+        ("{date:%Y-%j}#{n}", "month", "2026-060#7"),
+        ("{date:%b %Y}: 100%% {n}", "month", "Mar 2026: 100%% 7"),
+        ("{date:%Y %%}{n}", "year", "2026 %7"),
+        ("{date:%h %y} {n}", "month", "Mar 26 7"),
+    ],
+)
+def test_accepted_date_specs_write_what_strftime_writes_in_the_c_locale(
+    template: str, period: str, made: str
+) -> None:
+    """{date} alone is the ISO date, %F and %D are written out, several {date} fields share
+    the period; the text is strftime's in the C locale and reads back."""
+    serial = Serial(MemoryStore(), "a", template, period=period, clock=Clock(NOV_30_LATE))
+    day = {"day": datetime(2026, 3, 5), "month": datetime(2026, 3, 1)}.get(
+        period, datetime(2026, 1, 1)
+    )
+    assert serial.format(7, day.date()) == made
+    assert serial.parse(made)[1] == 7
+    assert len(made) <= serial.max_length
+
+
+# exact parsing: a text is read only if formatting it gives it back (issue 29, item 4) ---------
+
+#: Digit zeros of other scripts, which Python's regex digits and int() accept.
+ARABIC_INDIC, FULLWIDTH, MATH_BOLD = 0x0660, 0xFF10, 0x1D7CE
+
+
+def _digits(ascii_digits: str, zero: int) -> str:
+    """``ascii_digits`` written with the digits starting at code point ``zero``."""
+    return "".join(chr(zero + int(digit)) for digit in ascii_digits)
+
+
+@pytest.mark.parametrize(
+    ("template", "period", "text"),
+    [
+        ("ORD-{date:%Y%m%d}-{n:05d}", "day", f"ORD-{_digits('20261124', ARABIC_INDIC)}-00042"),
+        ("ORD-{date:%Y%m%d}-{n:05d}", "day", f"ORD-20261124-{_digits('00042', FULLWIDTH)}"),
+        ("ORD-{date:%Y%m%d}-{n:05d}", "day", f"ORD-{_digits('20261124', MATH_BOLD)}-00042"),
+        ("T{n}", None, f"T{_digits('42', ARABIC_INDIC)}"),
+        ("T{n}", None, "T042"),
+        ("T{n}", None, "T00"),
+        ("T{n}", None, "T" + "9" * 30),
+        ("T{n}", None, "T9223372036854775808"),  # 2**63, one past the counter's end
+        ("{date:%b %Y}-{n}", "month", "NOV 2026-1"),
+        ("{date:%b %Y}-{n}", "month", "nov 2026-1"),
+        ("{date:%B %Y}-{n}", "month", "NOVEMBER 2026-1"),
+        ("{date:%a %d %b %Y}-{n}", "day", "Fri 24 Nov 2026-1"),  # 24 November is a Tuesday
+        ("{date:%a %d %b %Y}-{n}", "day", "tue 24 Nov 2026-1"),
+        ("{date:%Y%m%d}-{n}", "month", "20261105-1"),  # a month's serials show its 1st
+        ("{date:%Y%m%d}-{n}", "day", "20261131-1"),  # no 31 November
+        ("{date:%Y-%j}-{n}", "day", "2026-366-1"),  # 2026 has 365 days
+        ("{date:%Y-%j}-{n}", "day", "2026-000-1"),
+        ("{date:%Y %e}{date:%m}-{n}", "day", "2026 0511-1"),  # %e pads with a space
+        ("{date:%Y}-{n}", "year", "02026-1"),
+        ("{date:%Y}-{n}", "year", " 2026-1"),
+    ],
+)
+def test_parse_refuses_texts_the_template_never_makes(
+    template: str, period: str | None, text: str
+) -> None:
+    """Unicode digits, extra leading zeros, other letter case, a counter past 2**63 - 1, a
+    date whose parts disagree or that starts no period: InvalidSerial, never a reading."""
+    serial = Serial(MemoryStore(), "p", template, period=period, clock=Clock(NOV_30_LATE))
+    with pytest.raises(InvalidSerial, match="is not a serial of 'p'"):
+        serial.parse(text)
+
+
+def test_parse_reads_a_two_digit_year_as_the_latest_up_to_next_year() -> None:
+    """With the clock in 2026, '27' is 2027 and '28' is 1928; each reads back to its text."""
+    serial = Serial(MemoryStore(), "y", "{date:%y}-{n}", period="year", clock=Clock(NOV_30_LATE))
+    assert serial.parse("26-1") == ("2026", 1)
+    assert serial.parse("27-1") == ("2027", 1)
+    assert serial.parse("28-1") == ("1928", 1)
+    assert serial.parse("00-1") == ("2000", 1)
+
+
+ROUND_TRIP_TEMPLATES = [
+    ("ORD-{date:%Y%m%d}-{n:05d}", "day"),
+    ("{n}{date:%y%j}", "day"),
+    ("{date:%a %e %b %Y}/{n}", "day"),
+    ("{date:%A, %d %B %y} #{n:03d}", "day"),
+    ("{date}{n}", "day"),
+    ("INV/{date:%b-%Y}/{n}", "month"),
+    ("{date:%Y}{n:07d}{date:%m}", "month"),
+    ("{date:%y}{n}", "year"),
+    ("N{n}", None),
+]
+
+
+@pytest.mark.parametrize(("template", "period"), ROUND_TRIP_TEMPLATES)
+def test_parse_and_format_are_inverse(template: str, period: str | None) -> None:
+    """For any period and counter, parse(format(n, day)) gives them back; a text parse
+    accepts after any edit formats back to itself, so two texts never read as one serial."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    serial = Serial(MemoryStore(), "rt", template, period=period, clock=Clock(NOV_30_LATE))
+    days = st.dates(min_value=datetime(1928, 1, 1).date(), max_value=datetime(2027, 12, 31).date())
+    counters = st.integers(min_value=0, max_value=serial.config.end)
+
+    @settings(max_examples=300, deadline=None, database=None)
+    @given(day=days, counter=counters, edit=st.text(max_size=3), at=st.integers(0, 40))
+    def check(day: Any, counter: int, edit: str, at: int) -> None:
+        start = None if period is None else _period_start(day, period)
+        text = serial.format(counter, start)
+        assert serial.parse(text) == (serial.period_key(start), counter)
+        changed = text[:at] + edit + text[at + len(edit) :]
+        try:
+            key, number = serial.parse(changed)
+        except InvalidSerial:
+            return
+        assert _format_key(serial, key, number) == changed
+
+    check()
+
+
+def _period_start(day: Any, period: str) -> Any:
+    """The first day of ``day``'s period."""
+    if period == "month":
+        return day.replace(day=1)
+    return day.replace(month=1, day=1) if period == "year" else day
+
+
+def _format_key(serial: Serial, key: str | None, counter: int) -> str:
+    """The text of ``counter`` in the period whose key is ``key``."""
+    if key is None:
+        return serial.format(counter)
+    parts = [int(part) for part in key.split("-")] + [1, 1]
+    return serial.format(counter, datetime(parts[0], parts[1], parts[2]).date())
 
 
 # counts are refused before any row is written (issue 29, item 14) ------------------------------
