@@ -308,6 +308,14 @@ class _Template:
         return total
 
 
+def template_length(template: str, period: str | None) -> int:
+    """The longest serial ``template`` makes with ``period`` (a string column's length).
+
+    Refuses what :class:`Serial` refuses (``InvalidSequenceConfig``).
+    """
+    return _Template(template, period).max_length
+
+
 class Serial:
     """Formatted serial numbers of one name, ``next()`` -> ``"INV-2026-00042"``.
 

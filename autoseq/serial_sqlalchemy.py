@@ -32,7 +32,7 @@ from autoseq._sqlalchemy_target import Target, check_int
 from autoseq.config import validate_name
 from autoseq.errors import InvalidSequenceConfig
 from autoseq.registry import SequenceRegistry
-from autoseq.serial import Serial, _Template
+from autoseq.serial import Serial, template_length
 from autoseq.stores.memory import MemoryStore
 
 #: Key in ``Column.info`` under which a serial column's settings travel.
@@ -141,7 +141,7 @@ def serial_column(name: str, template: str, **kwargs: Any) -> Column[str]:
 
 
 def _string(spec: SerialSpec) -> sa.String:
-    return sa.String(_Template(spec.template, spec.period).max_length)
+    return sa.String(template_length(spec.template, spec.period))
 
 
 def _column_kwargs(spec: SerialSpec, kwargs: dict[str, Any]) -> dict[str, Any]:

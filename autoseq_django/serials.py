@@ -22,8 +22,14 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import models
 from django.db.models.fields import NOT_PROVIDED
 
-from autoseq import GaplessUnavailable, SequenceConfig, SequenceRegistry, Serial
-from autoseq.serial import _Template
+from autoseq import (
+    GaplessUnavailable,
+    InvalidSequenceConfig,
+    SequenceConfig,
+    SequenceRegistry,
+    Serial,
+)
+from autoseq.serial import template_length
 from autoseq.stores import MemoryStore
 from autoseq_django import conf, sequences
 from autoseq_django.catchup import guard_inserts
@@ -82,12 +88,22 @@ class SerialField(_CharField):
             "cycle": cycle,
             "clock": clock,
         }
-        # Refuse a bad template or setting where the model is declared.
-        Serial(SequenceRegistry(MemoryStore()), sequence or "x", template, **self.serial_options)
+        # A template or setting Serial refuses is reported by the system checks
+        # (autoseq.E016) and raised at the first save, not here: a migration
+        # written before a rule tightened must still load, to be followed by one
+        # that fixes the field.
+        self.refusal: str | None = None
+        try:
+            probe = Serial(
+                SequenceRegistry(MemoryStore()), sequence or "x", template, **self.serial_options
+            )
+        except InvalidSequenceConfig as exc:
+            self.refusal = str(exc)
+        else:
+            kwargs.setdefault("max_length", probe.max_length)
         self.template = template
         self.sequence = sequence
         self.gapless = gapless
-        kwargs.setdefault("max_length", _Template(template, period).max_length)
         kwargs.setdefault("blank", True)  # filled on insert, so forms may leave it empty
         self._serials: dict[int, Serial] = {}
         self._guard = threading.Lock()
@@ -131,11 +147,14 @@ class SerialField(_CharField):
         return super().get_db_prep_save(value, connection)
 
     # system checks --------------------------------------------------------------
-    # A bad template, period, tz, start, step or batch_count is refused where
-    # the field is declared (InvalidSequenceConfig); these need the model.
+    # A bad template, period, tz, start, step or batch_count is E016; the
+    # others need the model.
 
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
-        return [*super().check(**kwargs), *self._check_serial()]
+        inherited = super().check(**kwargs)
+        if self.refusal is not None:  # no max_length without a template: E016 says why
+            inherited = [message for message in inherited if message.id != "fields.E120"]
+        return [*inherited, *self._check_serial()]
 
     def _check_serial(self) -> list[checks.CheckMessage]:
         errors: list[checks.CheckMessage] = []
@@ -143,7 +162,15 @@ class SerialField(_CharField):
         def error(code: str, message: str, hint: str) -> None:
             errors.append(checks.Error(message, hint=hint, obj=self, id=f"autoseq.{code}"))
 
-        longest = _Template(self.template, self.serial_options["period"]).max_length
+        if self.refusal is not None:
+            error(
+                "E016",
+                f"SerialField cannot make serials: {self.refusal}.",
+                "Change the template or setting as the message says; saves raise "
+                "InvalidSequenceConfig until then.",
+            )
+            return errors
+        longest = template_length(self.template, self.serial_options["period"])
         if isinstance(self.max_length, int) and self.max_length < longest:
             error(
                 "E012",

@@ -24,7 +24,7 @@ from mongoengine.fields import StringField
 
 from autoseq import SequenceRegistry, Serial
 from autoseq.config import validate_name
-from autoseq.serial import _Template
+from autoseq.serial import template_length
 from autoseq.stores import MemoryStore
 from autoseq.stores.mongo import validate_collection_name
 from autoseq_mongoengine import _compat
@@ -75,7 +75,7 @@ class SerialField(StringField):  # type: ignore[misc]
         self.sequence_name = None if sequence_name is None else validate_name(sequence_name)
         self.collection_name = validate_collection_name(collection_name or "sys_sequence")
         self.db_alias = db_alias or DEFAULT_CONNECTION_NAME
-        kwargs.setdefault("max_length", _Template(template, period).max_length)
+        kwargs.setdefault("max_length", template_length(template, period))
         self._serials: dict[int, Serial] = {}
         self._guard = threading.Lock()
         super().__init__(*args, **kwargs)

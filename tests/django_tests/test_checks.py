@@ -177,3 +177,52 @@ def test_gapless_fields_whose_sequences_live_elsewhere_are_errors() -> None:
         assert "autoseq.E014" in serial_field_errors(field=SequenceField(gapless=True))
         assert serial_field_errors("G{n}") == []
         assert serial_field_errors(field=SequenceField()) == []
+
+
+@pytest.mark.parametrize(
+    ("template", "options", "message"),
+    [
+        ("ORD-{date:%Y%d}-{n:05d}", {"period": "day"}, "does not show the month"),
+        ("ORD-{date:%a %d %Y}-{n:05d}", {"period": "day"}, "does not show the month"),
+        ("ORD-{date:%x}-{n:05d}", {"period": "day"}, "%x is not allowed"),
+        ("INV-{date:%G}-{n:05d}", {"period": "year"}, "ISO week-based year"),
+        ("INV-{n:05d}", {"period": "week"}, "period='week'"),
+        ("INV-{date:%Y}-{n:05d}", {"period": "year", "tz": "Mars/Olympus"}, "time zone"),
+    ],
+)
+def test_a_template_serial_refuses_is_check_error_e016(
+    template: str, options: dict[str, Any], message: str
+) -> None:
+    """A template or setting Serial refuses is autoseq.E016 saying what to change, alone
+    (no max_length error beside it), and the field still loads, as an old migration's must."""
+    from autoseq_django.fields import SerialField
+
+    with isolate_apps("django_tests.testapp"):
+
+        class Thing(models.Model):
+            code = SerialField(template, **options)
+
+            class Meta:
+                app_label = "testapp"
+
+        messages = Thing._meta.get_field("code").check()
+    assert [m.id for m in messages] == ["autoseq.E016"]
+    assert message in messages[0].msg
+    assert "InvalidSequenceConfig" in (messages[0].hint or "")
+
+
+def test_a_refused_serial_field_raises_at_its_first_serial_and_writes_nothing() -> None:
+    """A field as an old migration declares it (max_length given) loads, but taking a
+    serial raises InvalidSequenceConfig before any row is made."""
+    from autoseq import InvalidSequenceConfig
+    from autoseq_django import sequences
+    from autoseq_django.fields import SerialField
+
+    field = SerialField(
+        template="ORD-{date:%Y%d}-{n:05d}", period="day", max_length=15, sequence="old_e016"
+    )
+    assert field.deconstruct()[3]["template"] == "ORD-{date:%Y%d}-{n:05d}"
+    with pytest.raises(InvalidSequenceConfig, match="does not show the month"):
+        field.serial("default")
+    store = sequences.registry(sequences.sequence_database("default")).store
+    assert not [row for row in store.read_all() if row.name.startswith("old_e016")]
