@@ -407,8 +407,7 @@ def _serials_over_days(store: Any, template: str, days: int, per_day: int) -> li
 def test_day_templates_that_hide_the_month_are_refused_on_every_store(
     store: Any, template: str
 ) -> None:
-    """A day's {date} without the month is refused before any row is written (it used to
-    give 5 January and 5 February the same serials)."""
+    """A day's {date} without the month is refused before any row is written, on every store."""
     try:
         taken = _serials_over_days(store, template, days=120, per_day=3)
     except InvalidSequenceConfig as exc:
@@ -446,8 +445,7 @@ PROBED = ["%Y", "%y", "%m", "%b", "%B", "%d", "%e", "%j", "%a", "%u", "%w", "%%"
 
 
 def _probe_days(period: str) -> list[datetime]:
-    """First days of periods from 2027 on: two years of each, and the 5th of months
-    over 34 years (dates 28 years apart share their weekday)."""
+    """First days of periods from 2027 on (days: two years, and 5ths over 32 years)."""
     start = datetime(2027, 1, 1)
     if period == "year":
         return [start.replace(year=2027 + i) for i in range(60)]
@@ -459,9 +457,7 @@ def _probe_days(period: str) -> list[datetime]:
 
 @pytest.mark.parametrize("period", ["day", "month", "year"])
 def test_a_template_is_accepted_exactly_when_its_periods_have_distinct_texts(period: str) -> None:
-    """Every {date} of up to three directives: accepted ones give each probed period its own
-    text (strftime's in the C locale); refused ones name a missing part, and some probed
-    periods share a text."""
+    """Any {date} of up to 3 directives is accepted iff the probed periods get distinct texts."""
     from itertools import product
 
     days = [day.date() for day in _probe_days(period)]
@@ -555,8 +551,7 @@ def test_format_tricks_on_date_are_refused(template: str, message: str) -> None:
 def test_accepted_date_specs_write_what_strftime_writes_in_the_c_locale(
     template: str, period: str, made: str
 ) -> None:
-    """{date} alone is the ISO date, %F and %D are written out, several {date} fields share
-    the period; the text is strftime's in the C locale and reads back."""
+    """{date}, %F, %D and several {date} fields write C-locale strftime text that reads back."""
     serial = Serial(MemoryStore(), "a", template, period=period, clock=Clock(NOV_30_LATE))
     day = {"day": datetime(2026, 3, 5), "month": datetime(2026, 3, 1)}.get(
         period, datetime(2026, 1, 1)
@@ -605,8 +600,7 @@ def _digits(ascii_digits: str, zero: int) -> str:
 def test_parse_refuses_texts_the_template_never_makes(
     template: str, period: str | None, text: str
 ) -> None:
-    """Unicode digits, extra leading zeros, other letter case, a counter past 2**63 - 1, a
-    date whose parts disagree or that starts no period: InvalidSerial, never a reading."""
+    """A text that formatting its reading would not give back raises InvalidSerial."""
     serial = Serial(MemoryStore(), "p", template, period=period, clock=Clock(NOV_30_LATE))
     with pytest.raises(InvalidSerial, match="is not a serial of 'p'"):
         serial.parse(text)
@@ -636,8 +630,7 @@ ROUND_TRIP_TEMPLATES = [
 
 @pytest.mark.parametrize(("template", "period"), ROUND_TRIP_TEMPLATES)
 def test_parse_and_format_are_inverse(template: str, period: str | None) -> None:
-    """For any period and counter, parse(format(n, day)) gives them back; a text parse
-    accepts after any edit formats back to itself, so two texts never read as one serial."""
+    """parse(format(n, day)) gives (key, n) back; any edited text parse accepts formats back."""
     from hypothesis import given, settings
     from hypothesis import strategies as st
 

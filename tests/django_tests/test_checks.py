@@ -193,8 +193,7 @@ def test_gapless_fields_whose_sequences_live_elsewhere_are_errors() -> None:
 def test_a_template_serial_refuses_is_check_error_e016(
     template: str, options: dict[str, Any], message: str
 ) -> None:
-    """A template or setting Serial refuses is autoseq.E016 saying what to change, alone
-    (no max_length error beside it), and the field still loads, as an old migration's must."""
+    """What Serial refuses is autoseq.E016 alone, with Serial's message; the field still loads."""
     from autoseq_django.fields import SerialField
 
     with isolate_apps("django_tests.testapp"):
@@ -212,8 +211,7 @@ def test_a_template_serial_refuses_is_check_error_e016(
 
 
 def test_a_refused_serial_field_raises_at_its_first_serial_and_writes_nothing() -> None:
-    """A field as an old migration declares it (max_length given) loads, but taking a
-    serial raises InvalidSequenceConfig before any row is made."""
+    """A refused field (as an old migration declares it) raises at its first serial, no row made."""
     from autoseq import InvalidSequenceConfig
     from autoseq_django import sequences
     from autoseq_django.fields import SerialField
