@@ -36,7 +36,7 @@ from autoseq.errors import (
     StoreUnavailable,
 )
 from autoseq.registry import opening_row
-from autoseq.stores.base import check_count, plan_reservation
+from autoseq.stores.base import check_count, check_many, plan_reservation
 from autoseq.stores.sql import SQLStore, sequence_table
 
 _statements: dict[tuple[sa.Table, str], tuple[Any, bool]] = {}
@@ -145,7 +145,7 @@ def take(
     committed on the store's own connection, which no caller's rollback can
     undo), then locked until the caller's transaction ends.
     """
-    check_count(count, "take")
+    check_many(check_count(count, "take"), "take")
     connection = connection_of(target, config.name)
     if not _same_database(store, connection):
         raise GaplessUnavailable(
@@ -195,7 +195,7 @@ def take_with(
     same statements on Django's cursor. ``floor`` returns the largest key
     already stored (integer keys): a row created here starts past it.
     """
-    check_count(count, "take")
+    check_many(check_count(count, "take"), "take")
     sqlite = dialect == "sqlite"
     if not sqlite:
         # Before the caller's connection touches the table: a locking read

@@ -19,7 +19,7 @@ from pymongo.client_session import ClientSession
 
 from autoseq.config import SequenceConfig
 from autoseq.errors import GaplessUnavailable, SequenceExhausted, SequenceNotFound
-from autoseq.stores.base import check_count, plan_reservation
+from autoseq.stores.base import check_count, check_many, plan_reservation
 from autoseq.stores.mongo import MongoStore
 
 _created: weakref.WeakKeyDictionary[MongoStore, set[str]] = weakref.WeakKeyDictionary()
@@ -27,7 +27,7 @@ _created: weakref.WeakKeyDictionary[MongoStore, set[str]] = weakref.WeakKeyDicti
 
 def take(session: Any, store: MongoStore, config: SequenceConfig, count: int = 1) -> list[int]:
     """``count`` consecutive values of ``config``'s row, in ``session``'s transaction."""
-    check_count(count, "take")
+    check_many(check_count(count, "take"), "take")
     if not isinstance(session, ClientSession) or not session.in_transaction:
         raise GaplessUnavailable(
             f"sequence {config.name!r} is gapless on MongoDB: pass a pymongo ClientSession "

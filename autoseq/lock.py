@@ -43,23 +43,15 @@ from autoseq import _hooks, signals
 from autoseq.buffer import Buffer, Run
 from autoseq.errors import (
     AutoseqError,
-    InvalidCount,
     InvalidSequenceConfig,
     ReservationConflict,
     SequenceExhausted,
     StoreUnavailable,
 )
 from autoseq.pacing import DEFAULT_MAX_BATCH_COUNT, Backoff, BlockSizer, LowRemainingAlarm
-from autoseq.stores.base import Block, SequenceStore
+from autoseq.stores.base import MAX_MANY, Block, SequenceStore, check_many
 
-__all__ = [
-    "DEFAULT_MAX_BATCH_COUNT",
-    "GIL",
-    "MAX_MANY",
-    "BufferPolicy",
-    "SequenceLock",
-    "check_count",
-]
+__all__ = ["DEFAULT_MAX_BATCH_COUNT", "GIL", "MAX_MANY", "BufferPolicy", "SequenceLock"]
 
 log = logging.getLogger("autoseq")
 
@@ -130,24 +122,6 @@ _locks: weakref.WeakSet[SequenceLock] = weakref.WeakSet()
 #: Whether advancing an iterator is atomic between threads (a GIL build).
 GIL = bool(getattr(sys, "_is_gil_enabled", lambda: True)())
 _EMPTY: Iterator[int] = iter(())
-#: The most values one ``next_many`` call returns: a list of them costs about
-#: 36 bytes each, so larger bulks are asked for in chunks.
-MAX_MANY = 10_000_000
-
-
-def check_count(n: object) -> int:
-    """``n`` if it is a count ``next_many`` can serve (an int, 0 to MAX_MANY); InvalidCount else.
-
-    Called before anything is reserved or created, by every ``next_many``.
-    """
-    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-        raise InvalidCount(f"next_many needs an int count of 0 or more, got {n!r}")
-    if n > MAX_MANY:
-        raise InvalidCount(
-            f"next_many({n}) would build a list of {n:,} values; ask for at most "
-            f"{MAX_MANY:,} per call (call it in chunks)"
-        )
-    return n
 
 
 @dataclass(slots=True)
@@ -274,8 +248,7 @@ class SequenceLock:
         A shortfall is reserved in one round trip rounded up to whole
         blocks, so a bulk of N values costs about N / block reservations.
         """
-        check_count(n)
-        if n == 0:
+        if check_many(n) == 0:
             return []
         return self._take(n)
 

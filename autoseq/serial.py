@@ -23,9 +23,9 @@ from typing import Any, NamedTuple
 from autoseq import _hooks
 from autoseq.config import MAX_VALUE, SequenceConfig, utc_now, validate_name
 from autoseq.errors import AutoseqError, GaplessUnavailable, InvalidSequenceConfig
-from autoseq.lock import SequenceLock, check_count
+from autoseq.lock import SequenceLock
 from autoseq.registry import SequenceRegistry
-from autoseq.stores.base import SequenceStore
+from autoseq.stores.base import SequenceStore, check_many
 
 PERIODS = ("day", "month", "year")
 _KEY_FORMAT = {"day": "%Y-%m-%d", "month": "%Y-%m", "year": "%Y"}
@@ -482,7 +482,7 @@ class Serial:
 
     def next_many(self, n: int, connection: Any = None) -> list[str]:
         """``n`` serials of one period, in the order taken."""
-        check_count(n)  # before any row is created
+        check_many(n)  # before any row is created
         if self.gapless:
             return self._next_gapless(connection, n) if n else []
         _day, values = self._take(n) if n else (None, [])

@@ -14,7 +14,15 @@ import sqlalchemy as sa
 from backends import unique_table
 from sqlalchemy.orm import Session
 
-from autoseq import GaplessUnavailable, SequenceConfig, SequenceExhausted, Serial, gapless
+from autoseq import (
+    GaplessUnavailable,
+    SequenceConfig,
+    SequenceExhausted,
+    Serial,
+    gapless,
+)
+from autoseq.errors import InvalidCount
+from autoseq.lock import MAX_MANY
 from autoseq.stores import SQLStore
 
 
@@ -262,3 +270,22 @@ def test_a_second_store_on_the_same_database_does_not_wait_on_the_callers_lock(
     finally:
         connection.close()
         other.close()
+
+
+@pytest.mark.parametrize("count", [10**12, MAX_MANY + 1, -1, 2.0, True])
+def test_a_count_out_of_bounds_is_refused_before_anything_is_written(
+    store: SQLStore, engine: sa.Engine, count: Any
+) -> None:
+    """A gapless count outside 0..MAX_MANY (or 1..MAX_MANY for take) is InvalidCount; no row."""
+    serial = Serial(store, "huge", "H{n}", gapless=True)
+    config = SequenceConfig("huge-take", gapless=True)
+    with engine.connect() as connection:
+        with pytest.raises(InvalidCount):
+            serial.next_many(count, connection)
+        with pytest.raises(InvalidCount):
+            gapless.take(connection, store, config, count)
+        connection.rollback()
+    assert store.read("huge") is None
+    assert store.read("huge-take") is None
+    with engine.begin() as connection:
+        assert serial.next_many(2, connection) == ["H1", "H2"]

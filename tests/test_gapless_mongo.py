@@ -11,7 +11,9 @@ from typing import Any
 import pytest
 from mongo_server import MongoServer
 
-from autoseq import GaplessUnavailable, Serial
+from autoseq import GaplessUnavailable, SequenceConfig, Serial, gapless_mongo
+from autoseq.errors import InvalidCount
+from autoseq.lock import MAX_MANY
 from autoseq.stores import MongoStore
 
 pytestmark = pytest.mark.mongodb
@@ -87,3 +89,18 @@ def test_writers_with_random_aborts_commit_exactly_one_to_k(db: Any) -> None:
     counters = sorted(int(doc["_id"][1:]) for doc in db.numbers.find())
     assert 0 < len(counters) < 48
     assert counters == list(range(1, len(counters) + 1))
+
+
+def test_a_count_out_of_bounds_is_refused_before_anything_is_written(db: Any) -> None:
+    """next_many(10**12) in a transaction is InvalidCount, and no row is created."""
+    store = MongoStore(db)
+    serial = Serial(store, "huge", "H{n}", gapless=True)
+    with db.client.start_session() as session:
+        session.start_transaction()
+        with pytest.raises(InvalidCount):
+            serial.next_many(10**12, session)
+        with pytest.raises(InvalidCount):
+            gapless_mongo.take(session, store, SequenceConfig("huge-take"), MAX_MANY + 1)
+        session.abort_transaction()
+    assert store.read("huge") is None
+    assert store.read("huge-take") is None

@@ -58,6 +58,29 @@ def check_count(count: object, what: str = "reserve") -> int:
     return count
 
 
+#: The most values one call hands back as a list (``next_many``, a gapless
+#: take): a list of them costs about 36 bytes each, so larger bulks are
+#: asked for in chunks.
+MAX_MANY = 10_000_000
+
+
+def check_many(count: object, what: str = "next_many") -> int:
+    """Return ``count`` if it is an int from 0 to :data:`MAX_MANY`, else raise ``InvalidCount``.
+
+    For the calls that return their values as a list: checked before
+    anything is written, so a count too large to hold in memory is refused
+    as bad input instead of failing with ``MemoryError`` after a write.
+    """
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        raise InvalidCount(f"{what} needs an int count of 0 or more, got {count!r}")
+    if count > MAX_MANY:
+        raise InvalidCount(
+            f"{what}({count}) would build a list of {count:,} values; ask for at most "
+            f"{MAX_MANY:,} per call (call it in chunks)"
+        )
+    return count
+
+
 def plan_reservation(row: SequenceConfig, count: int) -> tuple[Block, int]:
     """Choose the next block of at most ``count`` values of ``row``.
 
