@@ -45,6 +45,7 @@ from sqlalchemy.engine import Connection, Engine, Result
 from sqlalchemy.engine.default import DefaultExecutionContext
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import (
+    InstanceState,
     MappedColumn,
     Mapper,
     ORMExecuteState,
@@ -493,6 +494,10 @@ def _listen_once() -> None:
         event.listen(Session, "before_flush", _before_flush)
         event.listen(Session, "do_orm_execute", _do_orm_execute)
         event.listen(Session, "after_begin", _after_begin)
+        # Fired for the objects a rollback (of a transaction or a savepoint)
+        # turns back into transient ones: the rows whose INSERT it undid.
+        event.listen(Session, "persistent_to_transient", _drop_given_back)
+        event.listen(Session, "pending_to_transient", _drop_given_back)
         _listening = True
 
 
@@ -757,11 +762,50 @@ def _before_flush(session: Session, _flush: UOWTransaction, _instances: object) 
             key, rows = slots.key, slots.rows
             for row, value in zip(rows, target.take(len(rows), connection), strict=True):
                 row[key] = value
+            if connection is not None:
+                _note_given(session, [(row, key) for row in rows])
             continue
         # Models sharing a generator: their rows get values in the order added.
         pairs = _shared_in_order(session, members)
         for (row, key), value in zip(pairs, target.take(len(pairs), connection), strict=True):
             row[key] = value
+        if connection is not None:
+            _note_given(session, pairs)
+
+
+#: Per object, the gapless values a flush gave it, as ``(attribute key, value)``.
+_given: weakref.WeakKeyDictionary[InstanceState[Any], list[tuple[str, Any]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _note_given(session: Session, pairs: list[tuple[dict[str, Any], str]]) -> None:
+    """Remember which gapless values these pending rows got, so a rollback can take them back."""
+    states = {id(state.dict): state for state in compat.pending_states(session)}
+    for row, key in pairs:
+        _given.setdefault(states[id(row)], []).append((key, row[key]))
+
+
+def _drop_given_back(session: Session, instance: object) -> None:
+    """An object whose INSERT was rolled back loses the gapless values its flush took.
+
+    The rollback gave them back to the sequence, which hands them to the
+    next writer: kept on the object, they would be inserted again by a
+    retry as explicit values (a repeated number, or a key that is someone
+    else's). Values the user set, or changed since, are left alone.
+    """
+    state = sa.inspect(instance)
+    given = _given.pop(state, None)
+    if given is None:
+        return
+    transaction = session.get_nested_transaction() or session.get_transaction()
+    if transaction is not None and transaction.is_active:
+        _given[state] = given  # expunged while its transaction still holds them
+        return
+    values = state.dict
+    for key, value in given:
+        if values.get(key) is value:
+            del values[key]
 
 
 def _shared_in_order(

@@ -1,0 +1,223 @@
+"""A rolled-back gapless number is never reused by its old holder (SQLAlchemy, issue 29).
+
+Each SQL database, through an ORM session and through Core: an object (or
+a row of parameters) whose transaction or savepoint rolled back does not
+keep the number it was given, so the plain retry of the same code commits
+with a fresh one. Counted on what was committed: every row kept, each
+numbered column exactly ``1..K`` with no repeat, and the sequence still
+serving new rows afterwards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from backends import unique_table
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
+
+from autoseq import SequenceRegistry
+from autoseq.sqlalchemy import SequenceField, SerialField, install, uninstall
+from autoseq.stores.sql import SQLStore
+
+
+class Rollback(Exception):
+    """Raised inside a transaction to roll it back."""
+
+
+@dataclass
+class Ledger:
+    """A model whose key and two other columns are gapless, none of them unique but the key."""
+
+    engine: sa.Engine
+    maker: sessionmaker[Session]
+    model: Any
+
+    def new(self, note: str) -> Any:
+        return self.model(note=note)
+
+    def committed(self) -> list[tuple[int, str, int, str]]:
+        table = self.model.__table__
+        with self.engine.connect() as connection:
+            query = sa.select(table.c.id, table.c.number, table.c.seq_no, table.c.note)
+            return [tuple(row) for row in connection.execute(query.order_by(table.c.id))]
+
+    def check_gapless(self, notes: list[str]) -> None:
+        """Every note committed once; id, number and seq_no each exactly 1..K, no repeat."""
+        rows = self.committed()
+        assert sorted(row[3] for row in rows) == sorted(notes)
+        k = len(notes)
+        assert [row[0] for row in rows] == list(range(1, k + 1))
+        assert sorted(row[1] for row in rows) == [f"INV-{n:05d}" for n in range(1, k + 1)]
+        assert sorted(row[2] for row in rows) == list(range(1, k + 1))
+
+
+@pytest.fixture
+def ledger(db_url: str) -> Iterator[Ledger]:
+    """A gapless key, a gapless serial and a gapless integer column, installed on a SQLStore."""
+
+    class Base(DeclarativeBase):
+        pass
+
+    table = unique_table("ledger")
+
+    class Entry(Base):
+        __tablename__ = table
+        id: Mapped[int] = SequenceField(primary_key=True, gapless=True)
+        number: Mapped[str] = SerialField("INV-{n:05d}", gapless=True)
+        seq_no: Mapped[int] = SequenceField(sequence=f"{table}.seq", gapless=True)
+        note: Mapped[str] = mapped_column(sa.String(20))
+
+    engine = sa.create_engine(db_url, connect_args={"timeout": 30} if "sqlite" in db_url else {})
+    Base.metadata.create_all(engine)
+    store = SQLStore(db_url, table=unique_table("sys"))
+    registry = SequenceRegistry(store)
+    maker = sessionmaker(engine, expire_on_commit=False)  # objects read after their session
+    install(maker, registry=registry)
+    install(engine, registry=registry)
+    yield Ledger(engine, maker, Entry)
+    uninstall(maker)
+    uninstall(engine)
+    registry.close(release=False)
+    store.drop_table()
+    store.close()
+    Base.metadata.drop_all(engine)
+    engine.dispose()
+
+
+def _save(ledger: Ledger, entry: Any) -> None:
+    with ledger.maker() as session:
+        session.add(entry)
+        session.commit()
+
+
+def test_a_retry_after_rollback_never_takes_another_writers_number(ledger: Ledger) -> None:
+    """A rolls back, B takes the number back, A retries: three rows, numbers 1..3, none lost."""
+    _save(ledger, ledger.new("first"))
+    a = ledger.new("a")
+    with ledger.maker() as session:
+        session.add(a)
+        session.flush()
+        assert (a.id, a.number, a.seq_no) == (2, "INV-00002", 2)
+        session.rollback()
+    assert (a.id, a.number, a.seq_no) == (None, None, None)
+    b = ledger.new("b")
+    _save(ledger, b)
+    assert (b.id, b.number, b.seq_no) == (2, "INV-00002", 2)
+    _save(ledger, a)  # the plain retry of the same code
+    assert (a.id, a.number, a.seq_no) == (3, "INV-00003", 3)
+    ledger.check_gapless(["first", "a", "b"])
+
+
+def test_a_flush_that_fails_later_gives_every_pending_object_fresh_numbers(ledger: Ledger) -> None:
+    """A flush whose second INSERT fails: the first object's numbers are cleared, retry commits."""
+    _save(ledger, ledger.new("first"))
+    a = ledger.new("a")
+    with ledger.maker() as session:
+        session.add(a)
+        session.add(ledger.model(id=1, note="clash"))  # a key already committed
+        with pytest.raises(sa.exc.IntegrityError):
+            session.flush()
+        session.rollback()
+    assert (a.id, a.number, a.seq_no) == (None, None, None)
+    _save(ledger, ledger.new("b"))
+    _save(ledger, a)
+    ledger.check_gapless(["first", "b", "a"])
+
+
+def test_a_retry_alone_does_not_leave_the_sequence_stuck(ledger: Ledger) -> None:
+    """A rolls back and retries with nobody between; the next five inserts all commit."""
+    a = ledger.new("a")
+    with ledger.maker() as session:
+        session.add(a)
+        session.commit()
+        session.add(b := ledger.new("b"))
+        session.flush()
+        session.rollback()
+    _save(ledger, b)
+    failed = 0
+    for i in range(5):
+        try:
+            _save(ledger, ledger.new(f"new{i}"))
+        except sa.exc.IntegrityError:
+            failed += 1
+    assert failed == 0
+    ledger.check_gapless(["a", "b", *(f"new{i}" for i in range(5))])
+
+
+def test_a_savepoint_rolled_back_gives_its_objects_fresh_numbers(ledger: Ledger) -> None:
+    """Objects flushed in a rolled-back begin_nested() are retried in the same transaction."""
+    with ledger.maker() as session:
+        kept = ledger.new("kept")
+        session.add(kept)
+        session.flush()
+        retried = [ledger.new("r1"), ledger.new("r2")]
+        try:
+            with session.begin_nested():
+                session.add_all(retried)
+                session.flush()
+                assert [r.id for r in retried] == [2, 3]
+                raise Rollback
+        except Rollback:
+            pass
+        assert [(r.id, r.number, r.seq_no) for r in retried] == [(None, None, None)] * 2
+        assert kept.id == 1  # the enclosing transaction still holds its number
+        session.add(ledger.new("between"))
+        session.flush()
+        session.add_all(retried)
+        session.commit()
+    assert [r.id for r in retried] == [3, 4]
+    ledger.check_gapless(["kept", "r1", "r2", "between"])
+
+
+def test_a_released_savepoint_rolled_back_with_its_transaction(ledger: Ledger) -> None:
+    """Numbers taken in a savepoint that was released go back with the whole transaction."""
+    a, c = ledger.new("a"), ledger.new("c")
+    with ledger.maker() as session:
+        # Written first so that the transaction has begun (pysqlite would
+        # otherwise make the savepoint the transaction, committed on release).
+        session.add(c)
+        session.flush()
+        with session.begin_nested():
+            session.add(a)
+        assert a.id == 2
+        session.rollback()
+    assert (a.id, a.number, a.seq_no, c.id) == (None, None, None, None)
+    _save(ledger, ledger.new("b"))
+    _save(ledger, a)
+    _save(ledger, c)
+    ledger.check_gapless(["b", "a", "c"])
+
+
+def test_an_explicit_value_is_kept_through_a_rollback(ledger: Ledger) -> None:
+    """A value the user gave is not autoseq's to clear: it is still there after a rollback."""
+    a = ledger.model(note="a", number="MANUAL-1")
+    with ledger.maker() as session:
+        session.add(a)
+        session.flush()
+        session.rollback()
+    assert a.number == "MANUAL-1"
+    assert a.id is None
+
+
+def test_orm_bulk_and_core_retries_take_fresh_numbers(ledger: Ledger) -> None:
+    """The same parameter list inserted again after a rollback gets new numbers, no repeat."""
+    table = ledger.model.__table__
+    rows = [{"note": "core1"}, {"note": "core2"}]
+    with ledger.engine.connect() as connection:
+        connection.execute(sa.insert(table), rows)
+        connection.rollback()
+    with ledger.maker() as session:
+        session.execute(sa.insert(ledger.model), [{"note": "bulk1"}])
+        session.rollback()
+    _save(ledger, ledger.new("between"))
+    with ledger.engine.begin() as connection:
+        connection.execute(sa.insert(table), rows)
+    with ledger.maker() as session:
+        session.execute(sa.insert(ledger.model), [{"note": "bulk1"}])
+        session.commit()
+    assert rows == [{"note": "core1"}, {"note": "core2"}]
+    ledger.check_gapless(["between", "core1", "core2", "bulk1"])
