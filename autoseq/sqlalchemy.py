@@ -50,7 +50,9 @@ from sqlalchemy.orm import (
     Mapper,
     ORMExecuteState,
     Session,
+    SessionTransaction,
     UOWTransaction,
+    make_transient,
     mapped_column,
     scoped_session,
     sessionmaker,
@@ -498,6 +500,8 @@ def _listen_once() -> None:
         # turns back into transient ones: the rows whose INSERT it undid.
         event.listen(Session, "persistent_to_transient", _drop_given_back)
         event.listen(Session, "pending_to_transient", _drop_given_back)
+        event.listen(Session, "after_commit", _forget_committed)
+        event.listen(Session, "after_transaction_end", _release_uncommitted)
         _listening = True
 
 
@@ -777,35 +781,75 @@ def _before_flush(session: Session, _flush: UOWTransaction, _instances: object) 
 _given: weakref.WeakKeyDictionary[InstanceState[Any], list[tuple[str, Any]]] = (
     weakref.WeakKeyDictionary()
 )
+#: Per root session transaction, the objects given gapless values in it.
+_given_in: weakref.WeakKeyDictionary[SessionTransaction, list[InstanceState[Any]]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def _note_given(session: Session, pairs: list[tuple[dict[str, Any], str]]) -> None:
     """Remember which gapless values these pending rows got, so a rollback can take them back."""
     states = {id(state.dict): state for state in compat.pending_states(session)}
+    transaction = session.get_transaction()
+    holders = _given_in.setdefault(transaction, []) if transaction is not None else []
     for row, key in pairs:
-        _given.setdefault(states[id(row)], []).append((key, row[key]))
+        state = states[id(row)]
+        given = _given.get(state)
+        if given is None:
+            given = _given[state] = []
+            holders.append(state)
+        given.append((key, row[key]))
+
+
+def _take_back(state: InstanceState[Any]) -> bool:
+    """Take the gapless values a flush gave ``state`` off it; whether there were any.
+
+    Their transaction ended without committing, which gave them back to the
+    sequence and so to the next writer: kept, a retry would insert them
+    again (a repeated number, or a key that is someone else's row). Values
+    the user set, or changed since, are left alone.
+    """
+    given = _given.pop(state, None)
+    values = state.dict
+    taken = False
+    for key, value in given or ():
+        if values.get(key) is value:
+            del values[key]
+            taken = True
+    return taken
 
 
 def _drop_given_back(session: Session, instance: object) -> None:
-    """An object whose INSERT was rolled back loses the gapless values its flush took.
-
-    The rollback gave them back to the sequence, which hands them to the
-    next writer: kept on the object, they would be inserted again by a
-    retry as explicit values (a repeated number, or a key that is someone
-    else's). Values the user set, or changed since, are left alone.
-    """
+    # A rollback (of the transaction or a savepoint) makes the objects whose
+    # INSERT it undid transient again; an expunge does too, while the
+    # transaction, still open, holds their values.
     state = sa.inspect(instance)
-    given = _given.pop(state, None)
-    if given is None:
-        return
     transaction = session.get_nested_transaction() or session.get_transaction()
-    if transaction is not None and transaction.is_active:
-        _given[state] = given  # expunged while its transaction still holds them
+    if state in _given and (transaction is None or not transaction.is_active):
+        _take_back(state)
+
+
+def _forget_committed(session: Session) -> None:
+    # Fired for a savepoint's release too: only the root's commit is final.
+    transaction = session.get_transaction()
+    if transaction is not None and session.get_nested_transaction() is None:
+        for state in _given_in.pop(transaction, ()):
+            _given.pop(state, None)
+
+
+def _release_uncommitted(session: Session, transaction: SessionTransaction) -> None:
+    # A root transaction that ends uncommitted and was not rolled back by the
+    # session (Session.close() discards it): its objects are detached with
+    # keys whose rows are gone, and a retry's add() would insert nothing.
+    if transaction.parent is not None:
         return
-    values = state.dict
-    for key, value in given:
-        if values.get(key) is value:
-            del values[key]
+    for state in _given_in.pop(transaction, ()):
+        if state.detached and _take_back(state):
+            instance = state.obj()
+            if instance is not None:
+                make_transient(instance)
+        elif state.transient:
+            _take_back(state)
 
 
 def _shared_in_order(

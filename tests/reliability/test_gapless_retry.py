@@ -192,6 +192,34 @@ def test_a_released_savepoint_rolled_back_with_its_transaction(ledger: Ledger) -
     ledger.check_gapless(["b", "a", "c"])
 
 
+def test_a_session_closed_without_commit_gives_its_objects_fresh_numbers(ledger: Ledger) -> None:
+    """A flushed session closed without commit: the retry inserts anew, B's row untouched."""
+    a = ledger.new("a")
+    with ledger.maker() as session:
+        session.add(a)
+        session.flush()
+    assert (a.id, a.number, a.seq_no) == (None, None, None)
+    _save(ledger, ledger.new("b"))
+    a.note = "a2"  # a change to a kept key would have updated B's row
+    _save(ledger, a)
+    ledger.check_gapless(["b", "a2"])
+
+
+def test_an_expunged_object_keeps_its_numbers_when_the_transaction_commits(
+    ledger: Ledger,
+) -> None:
+    """Expunged after its flush, the object's row still commits: it keeps the numbers."""
+    a = ledger.new("a")
+    with ledger.maker() as session:
+        session.add(a)
+        session.flush()
+        session.expunge(a)
+        session.commit()
+    assert (a.id, a.number, a.seq_no) == (1, "INV-00001", 1)
+    _save(ledger, ledger.new("b"))
+    ledger.check_gapless(["a", "b"])
+
+
 def test_an_explicit_value_is_kept_through_a_rollback(ledger: Ledger) -> None:
     """A value the user gave is not autoseq's to clear: it is still there after a rollback."""
     a = ledger.model(note="a", number="MANUAL-1")
