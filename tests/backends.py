@@ -10,6 +10,8 @@ from __future__ import annotations
 import functools
 import os
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, NoReturn
 
 import pytest
@@ -92,3 +94,41 @@ def async_url(db_url: str) -> str:
     return url.set(drivername=f"{url.get_backend_name()}+{driver}").render_as_string(
         hide_password=False
     )
+
+
+def make_engine(db_url: str) -> Any:
+    """An engine on ``db_url``; SQLite waits up to 30 s for the file's write lock."""
+    import sqlalchemy as sa
+
+    return sa.create_engine(db_url, connect_args={"timeout": 30} if "sqlite" in db_url else {})
+
+
+@contextmanager
+def installed_orm(db_url: str, metadata: Any, **session_options: Any) -> Iterator[Any]:
+    """``metadata``'s tables, a store on its own sequence table, maker + engine installed.
+
+    Yields ``(engine, sessionmaker, store, registry)``; all dropped after.
+    """
+    from sqlalchemy.orm import sessionmaker
+
+    from autoseq import SequenceRegistry
+    from autoseq.sqlalchemy import install, uninstall
+    from autoseq.stores.sql import SQLStore
+
+    engine = make_engine(db_url)
+    metadata.create_all(engine)
+    store = SQLStore(db_url, table=unique_table("sys"))
+    registry = SequenceRegistry(store)
+    maker = sessionmaker(engine, **session_options)
+    install(maker, registry=registry)
+    install(engine, registry=registry)
+    try:
+        yield engine, maker, store, registry
+    finally:
+        uninstall(maker)
+        uninstall(engine)
+        registry.close(release=False)
+        store.drop_table()
+        store.close()
+        metadata.drop_all(engine)
+        engine.dispose()

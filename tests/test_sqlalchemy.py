@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from backends import unique_table
+from backends import installed_orm, make_engine, unique_table
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import (
     DeclarativeBase,
@@ -94,39 +93,11 @@ class Setup:
             return [tuple(r) for r in connection.execute(sa.select(t.c.id, t.c.code, t.c.name))]
 
 
-def make_engine(db_url: str) -> sa.Engine:
-    return sa.create_engine(db_url, connect_args={"timeout": 30} if "sqlite" in db_url else {})
-
-
-@contextmanager
-def installed(
-    db_url: str, metadata: sa.MetaData
-) -> Iterator[tuple[sa.Engine, sessionmaker[Session], SQLStore, SequenceRegistry]]:
-    """``metadata``'s tables, a store on its own sequence table, maker + engine installed."""
-    engine = make_engine(db_url)
-    metadata.create_all(engine)
-    store = SQLStore(db_url, table=unique_table("sys"))
-    registry = SequenceRegistry(store)
-    maker = sessionmaker(engine)
-    install(maker, registry=registry)
-    install(engine, registry=registry)
-    try:
-        yield engine, maker, store, registry
-    finally:
-        uninstall(maker)
-        uninstall(engine)
-        registry.close(release=False)
-        store.drop_table()
-        store.close()
-        metadata.drop_all(engine)
-        engine.dispose()
-
-
 @pytest.fixture
 def setup(db_url: str) -> Iterator[Setup]:
     """Models on their own tables, a store on its own sequence table, maker + engine installed."""
     models = make_models()
-    with installed(db_url, models.base.metadata) as (engine, maker, store, registry):
+    with installed_orm(db_url, models.base.metadata) as (engine, maker, store, registry):
         yield Setup(engine, maker, models, store, registry)
 
 
@@ -224,7 +195,7 @@ def test_models_sharing_a_sequence_get_values_in_the_order_added(
         ref: Mapped[int] = SequenceField(sequence=shared)
         name: Mapped[str] = mapped_column(sa.String(40), default="")
 
-    with installed(db_url, Base.metadata) as (_, maker, _, _), maker() as session:
+    with installed_orm(db_url, Base.metadata) as (_, maker, _, _), maker() as session:
         rows: list[Any] = []
         for i in range(6):
             rows.append((Invoice if i % 2 == 0 else Refund)(name=f"r{i}"))

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from backends import unique_table
+from backends import installed_orm, unique_table
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
 from autoseq import GaplessUnavailable, InvalidSequenceConfig, SequenceRegistry
@@ -59,21 +59,8 @@ def setup(db_url: str) -> Iterator[Setup]:
             "INV-{date:%Y}-{n:06d}", period="year", gapless=True, clock=clock, unique=True
         )
 
-    engine = sa.create_engine(db_url, connect_args={"timeout": 30} if "sqlite" in db_url else {})
-    Base.metadata.create_all(engine)
-    store = SQLStore(db_url, table=unique_table("sys"))
-    registry = SequenceRegistry(store)
-    maker = sessionmaker(engine)
-    install(maker, registry=registry)
-    install(engine, registry=registry)
-    yield Setup(engine, maker, Order, Invoice, store)
-    uninstall(maker)
-    uninstall(engine)
-    registry.close(release=False)
-    store.drop_table()
-    store.close()
-    Base.metadata.drop_all(engine)
-    engine.dispose()
+    with installed_orm(db_url, Base.metadata) as (engine, maker, store, _registry):
+        yield Setup(engine, maker, Order, Invoice, store)
 
 
 def test_the_column_is_a_string_as_long_as_the_longest_serial(setup: Setup) -> None:

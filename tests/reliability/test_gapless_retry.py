@@ -16,12 +16,10 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from backends import unique_table
+from backends import installed_orm, unique_table
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
-from autoseq import SequenceRegistry
-from autoseq.sqlalchemy import SequenceField, SerialField, install, uninstall
-from autoseq.stores.sql import SQLStore
+from autoseq.sqlalchemy import SequenceField, SerialField
 
 
 class Rollback(Exception):
@@ -44,6 +42,19 @@ class Ledger:
         with self.engine.connect() as connection:
             query = sa.select(table.c.id, table.c.number, table.c.seq_no, table.c.note)
             return [tuple(row) for row in connection.execute(query.order_by(table.c.id))]
+
+    def save(self, entry: Any) -> None:
+        """Add ``entry`` in a new session and commit: the plain code a retry runs again."""
+        with self.maker() as session:
+            session.add(entry)
+            session.commit()
+
+    def retry(self, lost: list[Any], earlier: list[str]) -> None:
+        """``lost`` hold no number; B takes the ones given back; ``lost`` retried; all 1..K."""
+        assert [(e.id, e.number, e.seq_no) for e in lost] == [(None, None, None)] * len(lost)
+        for entry in [self.new("b"), *lost]:
+            self.save(entry)
+        self.check_gapless([*earlier, "b", *(e.note for e in lost)])
 
     def check_gapless(self, notes: list[str]) -> None:
         """Every note committed once; id, number and seq_no each exactly 1..K, no repeat."""
@@ -71,50 +82,28 @@ def ledger(db_url: str) -> Iterator[Ledger]:
         seq_no: Mapped[int] = SequenceField(sequence=f"{table}.seq", gapless=True)
         note: Mapped[str] = mapped_column(sa.String(20))
 
-    engine = sa.create_engine(db_url, connect_args={"timeout": 30} if "sqlite" in db_url else {})
-    Base.metadata.create_all(engine)
-    store = SQLStore(db_url, table=unique_table("sys"))
-    registry = SequenceRegistry(store)
-    maker = sessionmaker(engine, expire_on_commit=False)  # objects read after their session
-    install(maker, registry=registry)
-    install(engine, registry=registry)
-    yield Ledger(engine, maker, Entry)
-    uninstall(maker)
-    uninstall(engine)
-    registry.close(release=False)
-    store.drop_table()
-    store.close()
-    Base.metadata.drop_all(engine)
-    engine.dispose()
-
-
-def _save(ledger: Ledger, entry: Any) -> None:
-    with ledger.maker() as session:
-        session.add(entry)
-        session.commit()
+    # expire_on_commit=False: the tests read objects after their session ends.
+    with installed_orm(db_url, Base.metadata, expire_on_commit=False) as installed:
+        engine, maker, _store, _registry = installed
+        yield Ledger(engine, maker, Entry)
 
 
 def test_a_retry_after_rollback_never_takes_another_writers_number(ledger: Ledger) -> None:
     """A rolls back, B takes the number back, A retries: three rows, numbers 1..3, none lost."""
-    _save(ledger, ledger.new("first"))
+    ledger.save(ledger.new("first"))
     a = ledger.new("a")
     with ledger.maker() as session:
         session.add(a)
         session.flush()
         assert (a.id, a.number, a.seq_no) == (2, "INV-00002", 2)
         session.rollback()
-    assert (a.id, a.number, a.seq_no) == (None, None, None)
-    b = ledger.new("b")
-    _save(ledger, b)
-    assert (b.id, b.number, b.seq_no) == (2, "INV-00002", 2)
-    _save(ledger, a)  # the plain retry of the same code
+    ledger.retry([a], earlier=["first"])
     assert (a.id, a.number, a.seq_no) == (3, "INV-00003", 3)
-    ledger.check_gapless(["first", "a", "b"])
 
 
 def test_a_flush_that_fails_later_gives_every_pending_object_fresh_numbers(ledger: Ledger) -> None:
     """A flush whose second INSERT fails: the first object's numbers are cleared, retry commits."""
-    _save(ledger, ledger.new("first"))
+    ledger.save(ledger.new("first"))
     a = ledger.new("a")
     with ledger.maker() as session:
         session.add(a)
@@ -122,10 +111,7 @@ def test_a_flush_that_fails_later_gives_every_pending_object_fresh_numbers(ledge
         with pytest.raises(sa.exc.IntegrityError):
             session.flush()
         session.rollback()
-    assert (a.id, a.number, a.seq_no) == (None, None, None)
-    _save(ledger, ledger.new("b"))
-    _save(ledger, a)
-    ledger.check_gapless(["first", "b", "a"])
+    ledger.retry([a], earlier=["first"])
 
 
 def test_a_retry_alone_does_not_leave_the_sequence_stuck(ledger: Ledger) -> None:
@@ -137,11 +123,11 @@ def test_a_retry_alone_does_not_leave_the_sequence_stuck(ledger: Ledger) -> None
         session.add(b := ledger.new("b"))
         session.flush()
         session.rollback()
-    _save(ledger, b)
+    ledger.save(b)
     failed = 0
     for i in range(5):
         try:
-            _save(ledger, ledger.new(f"new{i}"))
+            ledger.save(ledger.new(f"new{i}"))
         except sa.exc.IntegrityError:
             failed += 1
     assert failed == 0
@@ -185,11 +171,7 @@ def test_a_released_savepoint_rolled_back_with_its_transaction(ledger: Ledger) -
             session.add(a)
         assert a.id == 2
         session.rollback()
-    assert (a.id, a.number, a.seq_no, c.id) == (None, None, None, None)
-    _save(ledger, ledger.new("b"))
-    _save(ledger, a)
-    _save(ledger, c)
-    ledger.check_gapless(["b", "a", "c"])
+    ledger.retry([a, c], earlier=[])
 
 
 def test_a_session_closed_without_commit_gives_its_objects_fresh_numbers(ledger: Ledger) -> None:
@@ -198,11 +180,8 @@ def test_a_session_closed_without_commit_gives_its_objects_fresh_numbers(ledger:
     with ledger.maker() as session:
         session.add(a)
         session.flush()
-    assert (a.id, a.number, a.seq_no) == (None, None, None)
-    _save(ledger, ledger.new("b"))
     a.note = "a2"  # a change to a kept key would have updated B's row
-    _save(ledger, a)
-    ledger.check_gapless(["b", "a2"])
+    ledger.retry([a], earlier=[])
 
 
 def test_an_expunged_object_keeps_its_numbers_when_the_transaction_commits(
@@ -216,7 +195,7 @@ def test_an_expunged_object_keeps_its_numbers_when_the_transaction_commits(
         session.expunge(a)
         session.commit()
     assert (a.id, a.number, a.seq_no) == (1, "INV-00001", 1)
-    _save(ledger, ledger.new("b"))
+    ledger.save(ledger.new("b"))
     ledger.check_gapless(["a", "b"])
 
 
@@ -241,7 +220,7 @@ def test_orm_bulk_and_core_retries_take_fresh_numbers(ledger: Ledger) -> None:
     with ledger.maker() as session:
         session.execute(sa.insert(ledger.model), [{"note": "bulk1"}])
         session.rollback()
-    _save(ledger, ledger.new("between"))
+    ledger.save(ledger.new("between"))
     with ledger.engine.begin() as connection:
         connection.execute(sa.insert(table), rows)
     with ledger.maker() as session:
