@@ -19,13 +19,14 @@ from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from django.core import checks
-from django.db import models
+from django.db import connections, models
 from django.db.models.fields import NOT_PROVIDED
 from django.db.models.signals import pre_save
 
 from autoseq import InvalidSequenceConfig, SequenceConfig
 from autoseq.config import MAX_VALUE, SETTING_NAMES, SETTINGS
 from autoseq_django import _compat, catchup, conf, sequences
+from autoseq_django.serials import given_back, note_taken, take_gapless_values
 
 if TYPE_CHECKING:
     from django.db.backends.base.base import BaseDatabaseWrapper
@@ -183,10 +184,6 @@ class SequenceField(_BigIntegerField):
         """``count`` values for rows written to database ``using``."""
         config = self.sequence_config
         if config.gapless:
-            from django.db import connections
-
-            from autoseq_django.serials import take_gapless_values
-
             values = take_gapless_values(config, connections[using], count, integer_key=True)
         else:
             if catchup.pending():
@@ -234,6 +231,9 @@ class SequenceField(_BigIntegerField):
         value = getattr(model_instance, self.attname)
         if add and (value is None or type(value) is _Unfilled):
             return _Pending(self, model_instance, value)
+        if add and self.gapless and given_back(model_instance, self.attname):
+            setattr(model_instance, self.attname, None)
+            return _Pending(self, model_instance, None)
         return value
 
     def get_db_prep_save(self, value: Any, connection: BaseDatabaseWrapper) -> Any:
@@ -285,7 +285,9 @@ class SequenceField(_BigIntegerField):
             values = self.take(using, len(missing))
             for obj, value in zip(missing, values, strict=True):
                 setattr(obj, attname, value)
-            if self.unique and not self.gapless:
+            if self.gapless:
+                note_taken(missing, attname, connections[using])
+            elif self.unique:
                 catchup.filled(self, missing, values)
 
     def contribute_to_class(
@@ -294,6 +296,8 @@ class SequenceField(_BigIntegerField):
         super().contribute_to_class(cls, name, private_only=private_only)
         if not cls._meta.abstract:
             pre_save.connect(_fill_raw_saves, sender=cls, dispatch_uid="autoseq-raw-saves")
+            if self.primary_key and self.gapless:
+                pre_save.connect(_renew_given_back_key, sender=cls, dispatch_uid="autoseq-renew")
 
     def formfield(self, **kwargs: Any) -> FormField | None:
         if self.primary_key:
@@ -383,6 +387,17 @@ def _fill_raw_saves(sender: type[models.Model], instance: models.Model, **kwargs
     for field in sender._meta.concrete_fields:
         if isinstance(field, SequenceField) and getattr(instance, field.attname) is None:
             setattr(instance, field.attname, field.take(using)[0])
+
+
+def _renew_given_back_key(
+    sender: type[models.Model], instance: models.Model, **kwargs: Any
+) -> None:
+    # Django chooses between UPDATE and INSERT by the key, before any
+    # field's pre_save: a gapless key whose transaction rolled back may be
+    # another writer's row by now, so the instance is a new one again.
+    if not kwargs.get("raw") and given_back(instance, sender._meta.pk.attname):
+        setattr(instance, sender._meta.pk.attname, None)
+        instance._state.adding = True
 
 
 def _refuse_update_without_key(sender: type[models.Model], instance: models.Model) -> None:

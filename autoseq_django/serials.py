@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, tzinfo
 from typing import TYPE_CHECKING, Any
 
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
-from django.db import models
+from django.db import connections, models
 from django.db.models.fields import NOT_PROVIDED
 
 from autoseq import (
@@ -135,7 +135,9 @@ class SerialField(_CharField):
 
     def pre_save(self, model_instance: models.Model, add: bool) -> Any:
         value = getattr(model_instance, self.attname)
-        if add and value in (None, ""):
+        if add and (
+            value in (None, "") or (self.gapless and given_back(model_instance, self.attname))
+        ):
             return _Pending(model_instance)
         return value
 
@@ -143,6 +145,8 @@ class SerialField(_CharField):
         if isinstance(value, _Pending):
             taken = self.take(connection)
             setattr(value.instance, self.attname, taken)
+            if self.gapless:
+                note_taken((value.instance,), self.attname, connection)
             value = taken
         return super().get_db_prep_save(value, connection)
 
@@ -258,6 +262,93 @@ def gapless_problems(field: models.Field[Any, Any], gapless: bool, kind: str) ->
             )
         )
     return problems
+
+
+class _Taken:
+    """The gapless values one INSERT took on database ``alias``, until its transaction ends.
+
+    Registered with ``on_commit``: Django runs it when the transaction
+    commits, and drops it when the transaction, or a savepoint it was
+    registered in, rolls back. A token that has neither run nor is still
+    waiting was dropped: its values were given back to the sequence, and
+    the next writer may hold them now.
+    """
+
+    __slots__ = ("alias", "committed")
+
+    def __init__(self, alias: str, committed: bool = False) -> None:
+        self.alias = alias
+        self.committed = committed
+
+    def __call__(self) -> None:
+        self.committed = True
+
+    def given_back(self) -> bool:
+        """Whether the transaction these values were taken in rolled them back."""
+        if self.committed:
+            return False
+        return id(self) not in _waiting(connections[self.alias])
+
+    # A copy shares the one transaction's fate; a pickle, read in another
+    # process, keeps what is known now.
+    def __copy__(self) -> _Taken:
+        return self
+
+    def __deepcopy__(self, memo: Any) -> _Taken:
+        return self
+
+    def __reduce__(self) -> tuple[Any, tuple[str, bool]]:
+        return _Taken, (self.alias, not self.given_back())
+
+
+#: Per connection: its ``run_on_commit`` list, how many entries of it were
+#: read, and the ids of their callbacks (all alive: the list holds them).
+_seen: weakref.WeakKeyDictionary[Any, tuple[list[Any], int, set[int]]] = weakref.WeakKeyDictionary()
+
+
+def _waiting(connection: BaseDatabaseWrapper) -> set[int]:
+    """The ids of the callbacks ``connection`` runs if its transaction commits.
+
+    Read incrementally: Django only appends to the list, and replaces it
+    whenever a transaction or savepoint ends, so saving again every
+    instance of a long transaction costs one pass over the list, not one each.
+    """
+    hooks = connection.run_on_commit
+    seen = _seen.get(connection)
+    if seen is None or seen[0] is not hooks or len(hooks) < seen[1]:
+        seen = (hooks, 0, set())
+    hooks_list, known, ids = seen
+    if len(hooks) != known:
+        ids.update(id(entry[1]) for entry in hooks[known:])
+        _seen[connection] = (hooks_list, len(hooks), ids)
+    return ids
+
+
+def note_taken(
+    instances: Iterable[models.Model], attname: str, connection: BaseDatabaseWrapper
+) -> None:
+    """Remember that ``instances`` got ``attname`` from a gapless take in ``connection``'s
+    current transaction (one ``on_commit`` for them all)."""
+    token = _Taken(connection.alias)
+    connection.on_commit(token)
+    for instance in instances:
+        state: Any = instance._state
+        taken = state.__dict__.get("autoseq_taken")
+        # A new dict, never one changed in place: copy.copy() of an instance
+        # shares its state's dict with the original.
+        state.autoseq_taken = {attname: token} if taken is None else {**taken, attname: token}
+
+
+def given_back(instance: models.Model, attname: str) -> bool:
+    """Whether ``instance``'s ``attname`` is a gapless value whose transaction rolled back.
+
+    DESIGN rule 7: the value's old holder must not reuse it. Asked when
+    the instance is saved again (Django has no rollback signal); the caller
+    then takes a fresh value, whose note replaces this one.
+    """
+    taken: dict[str, _Taken] | None = instance._state.__dict__.get("autoseq_taken")
+    token = taken.get(attname) if taken else None
+    return token is not None and token.given_back()
 
 
 def take_gapless(serial: Serial, connection: BaseDatabaseWrapper) -> str:

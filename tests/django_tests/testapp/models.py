@@ -79,3 +79,16 @@ class Voucher(models.Model):
 
     id = SequenceField(primary_key=True, gapless=True)
     amount = models.IntegerField(default=0)
+
+
+class Slip(models.Model):
+    """Gapless columns with no unique index (issue 29), beside a key that is never reused.
+
+    Not Django's AutoField: on SQLite its AUTOINCREMENT counter rolls back
+    too, so Django's own retry would update another writer's row.
+    """
+
+    id = SequenceField(primary_key=True)
+    number = SerialField("SL-{n:05d}", gapless=True)
+    seq_no = SequenceField(sequence="slip_seq", gapless=True)
+    note = models.CharField(max_length=20, default="")
