@@ -10,16 +10,19 @@ serving new rows afterwards.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from backends import installed_orm, unique_table
+from backends import async_url, drop_sql_store, installed_orm, unique_table
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
-from autoseq.sqlalchemy import SequenceField, SerialField
+from autoseq import SequenceRegistry
+from autoseq.sqlalchemy import SequenceField, SerialField, install, uninstall
+from autoseq.stores.sql import SQLStore
 
 
 class Rollback(Exception):
@@ -228,3 +231,54 @@ def test_orm_bulk_and_core_retries_take_fresh_numbers(ledger: Ledger) -> None:
         session.commit()
     assert rows == [{"note": "core1"}, {"note": "core2"}]
     ledger.check_gapless(["between", "core1", "core2", "bulk1"])
+
+
+def test_an_async_session_retry_takes_fresh_numbers(db_url: str) -> None:
+    """Under AsyncSession too: a rolled-back object is retried with fresh numbers, B's row kept."""
+    pytest.importorskip("sqlalchemy.ext.asyncio")
+    from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
+
+    class Base(DeclarativeBase):
+        pass
+
+    class Entry(Base):
+        __tablename__ = unique_table("ledger")
+        id: Mapped[int] = SequenceField(primary_key=True, gapless=True)
+        number: Mapped[str] = SerialField("INV-{n:05d}", gapless=True)
+        note: Mapped[str] = mapped_column(sa.String(20))
+
+    store = SQLStore(db_url, table=unique_table("sys"))
+    registry = SequenceRegistry(store)
+
+    async def main() -> list[tuple[Any, ...]]:
+        engine = create_async_engine(async_url(db_url))
+        async with engine.begin() as connection:
+            await connection.run_sync(Base.metadata.create_all)
+        maker = async_sessionmaker(engine, expire_on_commit=False)
+        install(maker, registry=registry)
+        try:
+            a = Entry(note="a")
+            async with maker() as session:
+                session.add(a)
+                await session.flush()
+                await session.rollback()
+            assert (a.id, a.number) == (None, None)
+            for entry in (Entry(note="b"), a):
+                async with maker() as session:
+                    session.add(entry)
+                    await session.commit()
+            async with engine.connect() as connection:
+                query = sa.select(Entry.id, Entry.number, Entry.note).order_by(Entry.id)
+                return [tuple(row) for row in await connection.execute(query)]
+        finally:
+            uninstall(maker)
+            async with engine.begin() as connection:
+                await connection.run_sync(Base.metadata.drop_all)
+            await engine.dispose()
+
+    try:
+        rows = asyncio.run(main())
+    finally:
+        registry.close(release=False)
+        drop_sql_store(store)
+    assert rows == [(1, "INV-00001", "b"), (2, "INV-00002", "a")]
