@@ -10,6 +10,7 @@ API and used where needed.)
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -27,9 +28,33 @@ def insert_rows(query: Any) -> Sequence[Any] | None:
     return objs
 
 
+#: Per connection: its ``run_on_commit`` list, how many entries of it were
+#: read, and the ids of their callbacks (all alive: the list holds them).
+_seen: weakref.WeakKeyDictionary[Any, tuple[list[Any], int, set[int]]] = weakref.WeakKeyDictionary()
+
+
+def on_commit_ids(connection: Any) -> set[int]:
+    """The ids of the callbacks ``connection`` runs if its transaction commits.
+
+    Read incrementally: Django only appends to ``run_on_commit``, and
+    replaces the list whenever a transaction or savepoint ends, so asking
+    once per save of a long transaction costs one pass over the list in
+    all, not one each.
+    """
+    hooks = connection.run_on_commit
+    seen = _seen.get(connection)
+    if seen is None or seen[0] is not hooks or len(hooks) < seen[1]:
+        seen = (hooks, 0, set())
+    hooks_list, known, ids = seen
+    if len(hooks) != known:
+        ids.update(id(entry[1]) for entry in hooks[known:])
+        _seen[connection] = (hooks_list, len(hooks), ids)
+    return ids
+
+
 def on_commit_pending(connection: Any, func: Callable[[], None]) -> bool:
     """True when ``func`` is already registered with ``on_commit`` on ``connection``."""
-    return any(entry[1] is func for entry in connection.run_on_commit)
+    return id(func) in on_commit_ids(connection)
 
 
 def wrap_reset_sequences(testcases: Any, after: Callable[[str], object]) -> None:

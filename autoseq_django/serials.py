@@ -31,7 +31,7 @@ from autoseq import (
 )
 from autoseq.serial import template_length
 from autoseq.stores import MemoryStore
-from autoseq_django import conf, sequences
+from autoseq_django import _compat, conf, sequences
 from autoseq_django.catchup import guard_inserts
 
 if TYPE_CHECKING:
@@ -287,7 +287,7 @@ class _Taken:
         """Whether the transaction these values were taken in rolled them back."""
         if self.committed:
             return False
-        return id(self) not in _waiting(connections[self.alias])
+        return not _compat.on_commit_pending(connections[self.alias], self)
 
     # A copy shares the one transaction's fate; a pickle, read in another
     # process, keeps what is known now.
@@ -299,29 +299,6 @@ class _Taken:
 
     def __reduce__(self) -> tuple[Any, tuple[str, bool]]:
         return _Taken, (self.alias, not self.given_back())
-
-
-#: Per connection: its ``run_on_commit`` list, how many entries of it were
-#: read, and the ids of their callbacks (all alive: the list holds them).
-_seen: weakref.WeakKeyDictionary[Any, tuple[list[Any], int, set[int]]] = weakref.WeakKeyDictionary()
-
-
-def _waiting(connection: BaseDatabaseWrapper) -> set[int]:
-    """The ids of the callbacks ``connection`` runs if its transaction commits.
-
-    Read incrementally: Django only appends to the list, and replaces it
-    whenever a transaction or savepoint ends, so saving again every
-    instance of a long transaction costs one pass over the list, not one each.
-    """
-    hooks = connection.run_on_commit
-    seen = _seen.get(connection)
-    if seen is None or seen[0] is not hooks or len(hooks) < seen[1]:
-        seen = (hooks, 0, set())
-    hooks_list, known, ids = seen
-    if len(hooks) != known:
-        ids.update(id(entry[1]) for entry in hooks[known:])
-        _seen[connection] = (hooks_list, len(hooks), ids)
-    return ids
 
 
 def note_taken(
