@@ -282,6 +282,7 @@ def _guarded_statements(table: sa.Table, dialect: str) -> tuple[Any, bool]:
         guards = [
             c.name == sa.bindparam("seq_name", type_=c.name.type),
             c.cycle == sa.false(),
+            c.batch.in_([sa.true(), sa.false()]),  # a hand-edited flag goes to the refusing path
             c.step >= sa.literal_column("1", sa.BigInteger),
             c.start >= zero,
             c.current >= c.start,
@@ -328,7 +329,8 @@ def single_statement(table: sa.Table, dialect: str) -> tuple[Any, bool]:
     aligned, and the value is ``current`` itself exactly when ``start <=
     current <= end`` and ``current < 2**63 - 1`` (the last value a step
     can pass), whether the row cycles or not. Any other row (exhausted,
-    about to cycle, hand-edited) matches nothing and goes to the locked path.
+    about to cycle, hand-edited, a flag that is not 0/1) matches nothing and
+    goes to the locked path, which refuses what it cannot read.
 
     A caller running it directly (``autoseq_django``'s one-value take) does
     so only for a row :func:`row_known` vouches for, and goes to
@@ -345,6 +347,7 @@ def single_statement(table: sa.Table, dialect: str) -> tuple[Any, bool]:
         preparer = module.dialect().identifier_preparer
         q = preparer.quote
         current, end, version = q("current"), q("end"), q("version")
+        flags = "(false, true)" if dialect == "postgresql" else "(0, 1)"
         if dialect == "postgresql":
             after, now = f"{current} + 1", "statement_timestamp()"
         elif dialect == "sqlite":
@@ -356,7 +359,8 @@ def single_statement(table: sa.Table, dialect: str) -> tuple[Any, bool]:
             f"UPDATE {preparer.format_table(table)} SET {current} = {after}, "  # noqa: S608
             f"{q('updated_at')} = {now}, {version} = {version} + 1 "
             f"WHERE {q('name')} = :seq_name AND {q('step')} = 1 AND {current} >= {q('start')} "
-            f"AND {current} <= {end} AND {current} < {MAX_VALUE}"
+            f"AND {current} <= {end} AND {current} < {MAX_VALUE} "
+            f"AND {q('cycle')} IN {flags} AND {q('batch')} IN {flags}"
         )
         returning = dialect == "postgresql" or (dialect == "sqlite" and _sqlite_returns())
         if returning:

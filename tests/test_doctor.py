@@ -230,6 +230,24 @@ def test_a_row_failing_validation_is_an_error_and_the_others_are_still_checked(
     assert statuses == {"edited": "error", "fine": "ok"}
 
 
+def test_a_flag_edited_to_text_or_two_is_an_error_as_serving_refuses_it(
+    sql: SqlSetup, sql_backend: str, doctor: Callable[..., Run]
+) -> None:
+    """cycle = 'no' (SQLite) or 2 (SQLite, MariaDB), which reserve refuses, fails doctor too."""
+    if sql_backend == "postgres":
+        pytest.skip("a PostgreSQL BOOLEAN column holds only true and false")
+    sql.store.create(SequenceConfig("edited"))
+    literal = "'no'" if sql_backend == "sqlite" else "2"
+    quote = sql.store.engine.dialect.identifier_preparer.quote
+    with sql.store.engine.begin() as connection:
+        connection.exec_driver_sql(f"UPDATE {quote(sql.table)} SET {quote('cycle')} = {literal}")
+    result = doctor(*sql.args("--json"))
+    assert result.status == 1
+    invalid = finding(result.json(), "invalid_row", "edited")
+    assert invalid["level"] == "error"
+    assert "cycle must be true/false" in invalid["message"]
+
+
 def test_values_left_warns_past_the_share_and_errors_when_exhausted(
     sql: SqlSetup, doctor: Callable[..., Run]
 ) -> None:

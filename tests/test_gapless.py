@@ -289,3 +289,24 @@ def test_a_count_out_of_bounds_is_refused_before_anything_is_written(
     assert store.read("huge-take") is None
     with engine.begin() as connection:
         assert serial.next_many(2, connection) == ["H1", "H2"]
+
+
+def test_a_gapless_row_with_a_flag_edited_by_hand_is_refused(
+    store: SQLStore, engine: sa.Engine, sql_backend: str
+) -> None:
+    """cycle = 'false' (SQLite) or 2 (MariaDB) on a gapless row: the next take is refused."""
+    from autoseq.errors import InvalidStoredRow
+
+    if sql_backend == "postgres":
+        pytest.skip("a PostgreSQL BOOLEAN column holds only true and false")
+    serial = Serial(store, "edited", "E{n}", gapless=True)
+    with engine.begin() as connection:
+        taken = serial.next_many(3, connection)
+    table = gapless.gapless_table(store, engine.dialect.name)
+    literal = "'false'" if sql_backend == "sqlite" else "2"
+    quote = engine.dialect.identifier_preparer.quote
+    with engine.begin() as connection:
+        connection.exec_driver_sql(f"UPDATE {quote(table.name)} SET {quote('cycle')} = {literal}")
+    with engine.begin() as connection, pytest.raises(InvalidStoredRow, match="cycle must be"):
+        taken.append(serial.next(connection))
+    assert taken == ["E1", "E2", "E3"]

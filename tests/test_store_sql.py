@@ -242,3 +242,68 @@ def test_a_column_dropped_by_another_connection_is_added_back(tmp_path: Any) -> 
     assert row is not None
     assert (row.current, row.version) == (7, 0)
     store.close()
+
+
+#: Hand edits a flag column can hold, by backend (PostgreSQL's BOOLEAN holds none).
+FLAG_EDITS = {"sqlite": ("'false'", "'no'", "2"), "mysql": ("2",), "postgres": ()}
+
+
+def _edit_flag(store: Any, name: str, column: str, literal: str) -> None:
+    """Write ``literal`` into a flag column as a person at a SQL prompt would."""
+    quote = store.engine.dialect.identifier_preparer.quote
+    with store.engine.begin() as connection:
+        connection.exec_driver_sql(
+            f"UPDATE {quote(store.table_name)} SET {quote(column)} = {literal} "
+            f"WHERE {quote('name')} = '{name}'"
+        )
+
+
+def _flag_edits(sql_backend: str) -> tuple[str, ...]:
+    if not FLAG_EDITS[sql_backend]:
+        pytest.skip(f"a {sql_backend} BOOLEAN column holds only true and false")
+    return FLAG_EDITS[sql_backend]
+
+
+def test_a_cycle_flag_edited_to_text_is_refused_instead_of_wrapping(
+    sql_store: Any, sql_backend: str
+) -> None:
+    """cycle edited to 'false', 'no' or 2: refused at the next reservation, no value twice."""
+    from autoseq import SequenceRegistry
+    from autoseq.errors import InvalidStoredRow
+
+    for number, literal in enumerate(_flag_edits(sql_backend)):
+        name = f"edited{number}"
+        registry = SequenceRegistry(sql_store)
+        lock = registry.register(SequenceConfig(name, end=100, batch_count=10))
+        served = [lock.next() for _ in range(50)]
+        _edit_flag(sql_store, name, "cycle", literal)
+        refused: InvalidStoredRow | None = None
+        try:
+            for _ in range(100):
+                served.append(lock.next())
+        except InvalidStoredRow as exc:
+            refused = exc
+        registry.close()
+        duplicates = len(served) - len(set(served))
+        assert duplicates == 0, f"cycle = {literal}: {duplicates} values handed out twice"
+        assert refused is not None
+        assert f"row '{name}' is invalid: cycle must be" in str(refused)
+
+
+@pytest.mark.parametrize("column", ["batch", "cycle"])
+def test_a_flag_edited_by_hand_is_refused_before_any_write(
+    sql_store: Any, sql_backend: str, column: str
+) -> None:
+    """A reservation of a row whose flag holds text or 2 raises InvalidStoredRow; the row stays."""
+    from autoseq.errors import InvalidStoredRow
+
+    for number, literal in enumerate(_flag_edits(sql_backend)):
+        name = f"edited{number}"
+        sql_store.create(SequenceConfig(name, current=41))
+        _edit_flag(sql_store, name, column, literal)
+        before = sql_store.read_raw(name)
+        with pytest.raises(InvalidStoredRow, match=f"row '{name}' is invalid: {column} must be"):
+            sql_store.reserve(name, 10)
+        with pytest.raises(InvalidStoredRow):
+            sql_store.read(name)
+        assert sql_store.read_raw(name) == before, f"{column} = {literal}: the row was written"

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Dialect, Engine
 from sqlalchemy.exc import DBAPIError, NoSuchTableError
 
 from autoseq.config import MAX_VALUE, NAME_MAX_LENGTH
@@ -24,6 +25,22 @@ def validate_table_name(table: object) -> str:
     return table
 
 
+class StoredFlag(sa.types.TypeDecorator[bool]):
+    """A boolean column read back exactly as stored, for ``SequenceConfig.from_row`` to judge.
+
+    SQLAlchemy's ``Boolean`` reads SQLite's and MySQL's integer storage with
+    ``bool(value)``, so a hand edit to the text ``'false'`` or to ``2``
+    would read as True and a row serving refuses elsewhere would be served.
+    Writes still go through ``Boolean`` (True/False become 1/0 there).
+    """
+
+    impl = sa.Boolean
+    cache_ok = True
+
+    def result_processor(self, dialect: Dialect, coltype: Any) -> None:
+        return None
+
+
 def sequence_table(name: str = "sys_sequence", metadata: sa.MetaData | None = None) -> sa.Table:
     """The ``sys_sequence`` table as SQLAlchemy Core sees it (the schema every store shares)."""
     return sa.Table(
@@ -34,9 +51,9 @@ def sequence_table(name: str = "sys_sequence", metadata: sa.MetaData | None = No
         sa.Column("end", sa.BigInteger, nullable=False),
         sa.Column("step", sa.BigInteger, nullable=False),
         sa.Column("current", sa.BigInteger, nullable=False),
-        sa.Column("batch", sa.Boolean, nullable=False),
+        sa.Column("batch", StoredFlag, nullable=False),
         sa.Column("batch_count", sa.Integer, nullable=False),
-        sa.Column("cycle", sa.Boolean, nullable=False),
+        sa.Column("cycle", StoredFlag, nullable=False),
         sa.Column("updated_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("version", sa.BigInteger, nullable=False, server_default="0"),
     )
@@ -96,6 +113,7 @@ def _one_statement_reservation(table: sa.Table, engine: Engine) -> sa.Update | N
         .where(
             c.name == sa.bindparam("seq_name", type_=c.name.type),
             c.cycle == sa.false(),
+            c.batch.in_([sa.true(), sa.false()]),  # a hand-edited flag goes to the refusing path
             c.step >= 1,
             c.batch_count >= 1,
             c.start >= 0,
