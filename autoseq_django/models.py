@@ -5,6 +5,10 @@ SQLAlchemy service can share the table. The model is unmanaged: the table
 is created by this app's migration only when missing (the SQLAlchemy side
 may have made it first) and ``flush`` (``TransactionTestCase``) leaves it
 alone, because running processes hold blocks reserved from it.
+
+Names compare byte for byte on every database: on MariaDB/MySQL the store
+gives ``name`` the ``utf8mb4_bin`` collation (migration 0004 alters an older
+table), so ``orders`` and ``Orders`` are two sequences, as elsewhere.
 """
 
 from __future__ import annotations

@@ -307,3 +307,50 @@ def test_a_flag_edited_by_hand_is_refused_before_any_write(
         with pytest.raises(InvalidStoredRow):
             sql_store.read(name)
         assert sql_store.read_raw(name) == before, f"{column} = {literal}: the row was written"
+
+
+@pytest.mark.mysql
+def test_an_older_mariadb_table_is_upgraded_so_names_differing_in_case_are_two_rows(
+    tmp_path: Any,
+) -> None:
+    """A table whose names fold case (older autoseq): the store makes them binary, once.
+
+    Before, creating ``Orders`` beside ``orders`` returned the ``orders`` row
+    and its start was silently ignored.
+    """
+    from backends import sql_url, unique_table
+
+    from autoseq.stores.sql import sequence_table
+    from autoseq.workers.sql import SQLWorkers, worker_table
+
+    url = sql_url("mysql", tmp_path)
+    name = unique_table()
+    engine = sa.create_engine(url)
+    legacy = sa.MetaData()
+    for table in (sequence_table(name, legacy), worker_table(f"{name}_worker", legacy)):
+        table.c.name.type = sa.String(191)  # the server's default collation
+    legacy.create_all(engine)
+    try:
+        with engine.begin() as connection:
+            connection.execute(
+                sa.insert(legacy.tables[name]).values(SequenceConfig("orders", start=1).as_row())
+            )
+        store = SQLStore(url, table=name)
+        created = store.create(SequenceConfig("Orders", start=500))
+        assert (created.name, created.start) == ("Orders", 500)
+        assert [store.reserve(n, 1).first for n in ("orders", "Orders")] == [1, 500]
+        SQLWorkers(store).create_table()
+        with engine.connect() as connection:
+            collations = connection.execute(
+                sa.text(
+                    "SELECT table_name, collation_name FROM information_schema.columns "
+                    "WHERE table_schema = DATABASE() AND column_name = 'name' "
+                    "AND table_name IN (:a, :b)"
+                ),
+                {"a": name, "b": f"{name}_worker"},
+            ).all()
+        assert sorted(collations) == [(name, "utf8mb4_bin"), (f"{name}_worker", "utf8mb4_bin")]
+        store.close()
+    finally:
+        legacy.drop_all(engine)
+        engine.dispose()

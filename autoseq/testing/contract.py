@@ -262,6 +262,19 @@ class StoreContract:
         assert store.read("bystander").current == 1
         assert {row.name for row in store.read_all()} == {"bystander", name}
 
+    def test_names_differing_only_in_case_or_accents_are_different_sequences(
+        self, store: Any
+    ) -> None:
+        """orders/Orders, cafe/café/CAFÉ (composed or not) are separate rows, each its own start."""
+        names = ["orders", "Orders", "ORDERS", "cafe", "caf\u00e9", "CAF\u00c9", "cafe\u0301"]
+        for index, name in enumerate(names):
+            created = store.create(SequenceConfig(name, start=100 * (index + 1)))
+            assert (created.name, created.start) == (name, 100 * (index + 1))
+        firsts = {name: store.reserve(name, 1).first for name in names}
+        assert firsts == {name: 100 * (index + 1) for index, name in enumerate(names)}
+        assert {name: store.read(name).name for name in names} == {name: name for name in names}
+        assert sorted(row.name for row in store.read_all()) == sorted(names)
+
     def test_invalid_names_are_refused(self, store: Any) -> None:
         """Non-string or empty names get InvalidSequenceConfig before any I/O."""
         for bad in (None, 12, "", " padded ", "a\x00b", "y" * 192, "lone\ud800surrogate"):

@@ -13,9 +13,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 
-from autoseq.config import NAME_MAX_LENGTH, validate_name
+from autoseq.config import validate_name
 from autoseq.errors import StoreUnavailable
-from autoseq.stores.sql import SQLStore
+from autoseq.stores.sql import SQLStore, make_names_binary, name_type
 from autoseq.workers import WorkerLease, candidates, taken
 
 
@@ -31,7 +31,7 @@ def worker_table(name: str = "sys_worker", metadata: sa.MetaData | None = None) 
     return sa.Table(
         name,
         metadata if metadata is not None else sa.MetaData(),
-        sa.Column("name", sa.String(NAME_MAX_LENGTH), primary_key=True),
+        sa.Column("name", name_type(), primary_key=True),
         sa.Column("worker", sa.Integer, primary_key=True, autoincrement=False),
         sa.Column("owner", sa.String(255), nullable=True),
         sa.Column("expires_ms", sa.BigInteger, nullable=False),
@@ -60,6 +60,13 @@ class SQLWorkers:
                 exists = False
             if not exists:
                 raise self._fail(exc, "creating the worker table", None) from exc
+        if self.store.dialect in ("mysql", "mariadb"):
+            try:
+                with self.store._transaction() as connection:
+                    make_names_binary(connection, self.table.name, self.store.statement_timeout / 2)
+            except SQLAlchemyError as exc:
+                what = "giving the worker table's names a binary collation (needs ALTER)"
+                raise self._fail(exc, what, None) from exc
         self._ready = True
 
     def drop_table(self) -> None:

@@ -87,3 +87,46 @@ def test_migration_0002_adds_version_to_an_older_table(backend: str) -> None:
     assert (after.next_value, after.version) == (before.next_value, 0)
     sequences.reset()
     assert Ticket.objects.using(backend).create(title="after").pk >= before.next_value
+
+
+@pytest.mark.autoseq_transaction
+def test_migration_0004_gives_sequence_names_a_binary_collation(backend: str) -> None:
+    """On MariaDB a name column that folds case is altered: Orders and orders are two rows."""
+    import sqlalchemy as sa
+
+    from autoseq import SequenceConfig
+    from autoseq_django.models import SysSequence
+
+    if backend != "mysql":
+        pytest.skip("PostgreSQL and SQLite compare names byte for byte already")
+    store = sequences.store(sequences.sequence_database(backend))
+    store.create(SequenceConfig("legacy_ticket"))
+    call_command("migrate", "autoseq", "0003", database=backend, verbosity=0)
+    with store.engine.begin() as connection:
+        connection.exec_driver_sql(
+            "ALTER TABLE sys_sequence MODIFY name VARCHAR(191) "
+            "CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci NOT NULL"
+        )
+    call_command("migrate", "autoseq", database=backend, verbosity=0)
+    with store.engine.connect() as connection:
+        collation = connection.execute(
+            sa.text(
+                "SELECT collation_name FROM information_schema.columns WHERE "
+                "table_schema = DATABASE() AND table_name = 'sys_sequence' "
+                "AND column_name = 'name'"
+            )
+        ).scalar()
+    assert collation == "utf8mb4_bin"
+    fresh = type(store)(store.app_url)  # a store that has not upgraded the table itself
+    try:
+        fresh.create(SequenceConfig("Legacy_Ticket", start=700))
+        rows = SysSequence.objects.using(backend).filter(
+            name__in=["legacy_ticket", "Legacy_Ticket"]
+        )
+        assert sorted((row.name, row.start) for row in rows) == [
+            ("Legacy_Ticket", 700),
+            ("legacy_ticket", 1),
+        ]
+        assert fresh.delete("Legacy_Ticket")
+    finally:
+        fresh.close()

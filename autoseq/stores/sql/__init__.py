@@ -47,7 +47,9 @@ from autoseq.stores.sql._statements import (
     _Conflict,
     _one_statement_reservation,
     _retryable,
+    make_names_binary,
     missing_table,
+    name_type,
     sequence_table,
     validate_table_name,
 )
@@ -70,6 +72,8 @@ __all__ = [
     "MissingDriver",
     "SQLStore",
     "check_driver",
+    "make_names_binary",
+    "name_type",
     "sequence_table",
     "store_url",
     "sync_driver_url",
@@ -181,7 +185,7 @@ class SQLStore:
     # table ----------------------------------------------------------------
 
     def create_table(self) -> None:
-        """Create ``sys_sequence`` unless it exists, or add ``version`` to an older one.
+        """Create ``sys_sequence`` unless it exists, or bring an older one up to date.
 
         Safe when processes race.
         """
@@ -200,7 +204,7 @@ class SQLStore:
                 ) from exc
         self._table_ready = True
         self._version_ready = False  # look again: a migration may have just dropped it
-        self._ensure_version_column()
+        self._upgrade_table()
 
     def drop_table(self) -> None:
         """Drop ``sys_sequence`` (tests, ``autoseq`` maintenance)."""
@@ -211,8 +215,12 @@ class SQLStore:
         if not self._table_ready:
             self.create_table()
 
-    def _ensure_version_column(self) -> None:
-        """Add ``version`` to a table made before it existed (once per store)."""
+    def _upgrade_table(self) -> None:
+        """Bring a table made by an older autoseq up to date (once per store).
+
+        Adds ``version``, and on MariaDB/MySQL gives ``name`` its binary
+        collation, so that names differing in case or accents are two rows.
+        """
         if self._version_ready:
             return
         with self._errors("upgrade_table", "upgrading the sequence table", catch=SQLAlchemyError):
@@ -243,7 +251,18 @@ class SQLStore:
                     # from the same view that just missed the column.
                     if not self._selects_version():
                         raise
+        if self.dialect in ("mysql", "mariadb"):
+            self._make_names_binary()
         self._version_ready = True
+
+    def _make_names_binary(self) -> None:
+        what = "giving the sequence table's name column a binary collation (needs ALTER)"
+        with (
+            self._errors("upgrade_table", what, catch=SQLAlchemyError),
+            self._transaction() as connection,
+        ):
+            if make_names_binary(connection, self.table_name, self.statement_timeout / 2):
+                log.info("%s: names now compare byte for byte", self.table_name)
 
     def _selects_version(self) -> bool:
         """Whether ``SELECT version`` from the table works (the column exists)."""
@@ -291,7 +310,7 @@ class SQLStore:
         self, statement: sa.Select[Any], what: str, name: str | None = None
     ) -> Sequence[RowMapping]:
         """The rows ``statement`` reads; none while the table does not exist yet."""
-        self._ensure_version_column()
+        self._upgrade_table()
         try:
             with self._connection() as connection:
                 return connection.execute(statement).mappings().all()
@@ -301,7 +320,7 @@ class SQLStore:
             raise self._translate(exc, "read", what, name) from exc
 
     def update(self, config: SequenceConfig) -> SequenceConfig:
-        self._ensure_version_column()
+        self._upgrade_table()
         row = config.as_row() | {"updated_at": utc_now(), "version": self.table.c.version + 1}
         del row["name"]
         with (
@@ -329,7 +348,7 @@ class SQLStore:
     def reserve(self, name: str, count: int) -> Block:
         validate_name(name)
         check_count(count)
-        self._ensure_version_column()
+        self._upgrade_table()
         started = time.monotonic()
         gives_up = started + self.statement_timeout
         attempts = 0
@@ -418,7 +437,7 @@ class SQLStore:
 
     def release(self, block: Block) -> bool:
         t = self.table
-        self._ensure_version_column()
+        self._upgrade_table()
         with (
             self._errors("release", f"releasing a block of {block.name!r}", block.name),
             self._transaction() as connection,
@@ -436,7 +455,7 @@ class SQLStore:
 
     def compare_and_set(self, row: SequenceConfig, version: int) -> SequenceConfig | None:
         t = self.table
-        self._ensure_version_column()
+        self._upgrade_table()
         values = row.as_row() | {"updated_at": utc_now(), "version": version + 1}
         del values["name"]
         with (

@@ -6,7 +6,8 @@ import re
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Dialect, Engine
+from sqlalchemy.dialects import mysql
+from sqlalchemy.engine import Connection, Dialect, Engine
 from sqlalchemy.exc import DBAPIError, NoSuchTableError
 
 from autoseq.config import MAX_VALUE, NAME_MAX_LENGTH
@@ -41,12 +42,61 @@ class StoredFlag(sa.types.TypeDecorator[bool]):
         return None
 
 
+#: The collation of a name column on MariaDB/MySQL: byte for byte, as on every
+#: other store. Their default collations fold case and accents, which made
+#: ``orders`` and ``Orders`` (or ``cafe`` and ``café``) one row.
+NAME_COLLATION = "utf8mb4_bin"
+
+
+def name_type() -> sa.types.TypeEngine[str]:
+    """The type of a column keyed by a sequence name (binary collation on MariaDB/MySQL)."""
+    binary = mysql.VARCHAR(NAME_MAX_LENGTH, charset="utf8mb4", collation=NAME_COLLATION)
+    return sa.String(NAME_MAX_LENGTH).with_variant(binary, "mysql", "mariadb")
+
+
+def names_folded(connection: Connection, table_name: str) -> bool:
+    """Whether ``name`` of ``table_name`` compares names other than byte for byte (MySQL)."""
+    if connection.dialect.name not in ("mysql", "mariadb"):
+        return False
+    collation = connection.execute(
+        sa.text(
+            "SELECT collation_name FROM information_schema.columns WHERE "
+            "table_schema = DATABASE() AND table_name = :table AND column_name = 'name'"
+        ),
+        {"table": table_name},
+    ).scalar()
+    return collation is not None and collation != NAME_COLLATION
+
+
+def make_names_binary(connection: Connection, table_name: str, lock_wait: float) -> bool:
+    """Give ``name`` of an older table the binary collation (MariaDB/MySQL); True if altered.
+
+    Safe on any table: names the old collation held apart stay apart, and
+    no two rows can collide, since the old collation already made them one.
+    The ALTER waits at most ``lock_wait`` seconds for transactions using the
+    table (a gapless take holds its row until commit) rather than stalling
+    every statement queued behind its metadata lock.
+    """
+    if not names_folded(connection, table_name):
+        return False
+    quoted = connection.dialect.identifier_preparer.quote(table_name)
+    connection.exec_driver_sql(f"SET SESSION lock_wait_timeout = {max(1, int(lock_wait))}")
+    try:
+        connection.exec_driver_sql(
+            f"ALTER TABLE {quoted} MODIFY name VARCHAR({NAME_MAX_LENGTH}) "
+            f"CHARACTER SET utf8mb4 COLLATE {NAME_COLLATION} NOT NULL"
+        )
+    finally:
+        connection.exec_driver_sql("SET SESSION lock_wait_timeout = DEFAULT")
+    return True
+
+
 def sequence_table(name: str = "sys_sequence", metadata: sa.MetaData | None = None) -> sa.Table:
     """The ``sys_sequence`` table as SQLAlchemy Core sees it (the schema every store shares)."""
     return sa.Table(
         validate_table_name(name),
         metadata if metadata is not None else sa.MetaData(),
-        sa.Column("name", sa.String(NAME_MAX_LENGTH), primary_key=True),
+        sa.Column("name", name_type(), primary_key=True),
         sa.Column("start", sa.BigInteger, nullable=False),
         sa.Column("end", sa.BigInteger, nullable=False),
         sa.Column("step", sa.BigInteger, nullable=False),
