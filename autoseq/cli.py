@@ -187,12 +187,17 @@ def open_store(args: argparse.Namespace) -> SequenceStore:
 
 
 def _has_table(store: SequenceStore) -> bool:
-    """Whether the sequence table can exist, without creating an empty SQLite file."""
-    url = getattr(store, "url", None)
-    database = getattr(url, "database", None)
-    if getattr(store, "dialect", None) == "sqlite" and database and database != ":memory:":
-        return os.path.exists(database)
-    return True
+    """Whether a sequence row can exist, without creating an empty SQLite file.
+
+    On SQLite, rows live in the companion file and gapless ones in the
+    application's file itself; ``SQLStore`` reads neither into existence.
+    """
+    if getattr(store, "dialect", None) != "sqlite":
+        return True
+    files = [getattr(getattr(store, key, None), "database", None) for key in ("app_url", "url")]
+    if any(not database or database == ":memory:" for database in files):
+        return True
+    return any(os.path.exists(str(database)) for database in files)
 
 
 def _read(store: SequenceStore, name: str) -> SequenceConfig:
@@ -366,27 +371,40 @@ def _run_set(args: argparse.Namespace) -> int:
     changes = _settings(args)
     store = open_store(args)
     try:
-        _read_or_repairable(store, args.name)
+        before = _read_or_repairable(store, args.name)
         try:
             if changes:
-                row = maintenance.change(
+                maintenance.change(
                     store, args.name, current=args.value, force=args.force, **changes
                 )
             else:
-                row = maintenance.set_current(store, args.name, args.value, force=args.force)
+                maintenance.set_current(store, args.name, args.value, force=args.force)
         except InvalidStoredRow:
             if not args.force:
                 raise
-            row = maintenance.repair(store, args.name, args.value, **changes)
+            maintenance.repair(store, args.name, args.value, **changes)
+        row = _read(store, args.name)
     finally:
         store.close()
-    print(f"sequence {args.name!r}: next value {row.next_value}")
+    print(f"sequence {args.name!r}{_unchanged(before, row)}: next value {row.next_value}")
     return 0
 
 
-def _read_or_repairable(store: SequenceStore, name: str) -> None:
-    with contextlib.suppress(InvalidStoredRow):  # set --force repairs it
-        _read(store, name)
+def _read_or_repairable(store: SequenceStore, name: str) -> SequenceConfig | None:
+    """The row, None when it fails validation (set --force repairs it)."""
+    with contextlib.suppress(InvalidStoredRow):
+        return _read(store, name)
+    return None
+
+
+def _unchanged(before: SequenceConfig | None, after: SequenceConfig) -> str:
+    """`` is unchanged`` when no write reached the row, which a command must not hide.
+
+    Every write bumps the version, so an equal version means the row is as
+    it was (already there, or nothing to do); ``after`` is read back from
+    the store, so what is printed is the row serving uses.
+    """
+    return " is unchanged" if before is not None and after.version == before.version else ""
 
 
 def _configure_change(parser: argparse.ArgumentParser) -> None:
@@ -402,12 +420,14 @@ def _run_change(args: argparse.Namespace) -> int:
         raise UsageError("nothing to change; pass --end, --step, --batch-count, --batch or --cycle")
     store = open_store(args)
     try:
-        _read(store, args.name)
-        row = maintenance.change(store, args.name, **changes)
+        before = _read(store, args.name)
+        maintenance.change(store, args.name, **changes)
+        row = _read(store, args.name)
     finally:
         store.close()
     print(
-        f"sequence {row.name!r}: next value {row.next_value}, end {row.end}, step {row.step}, "
+        f"sequence {row.name!r}{_unchanged(before, row)}: next value {row.next_value}, "
+        f"end {row.end}, step {row.step}, "
         f"batch_count {row.batch_count}, batch {'yes' if row.batch else 'no'}, "
         f"cycle {'yes' if row.cycle else 'no'}"
     )
@@ -430,7 +450,7 @@ def _run_sync(args: argparse.Namespace) -> int:
         raise UsageError("pass --table T --column C, or --past VALUE")
     store = open_store(args)
     try:
-        _read(store, args.name)  # unknown sequence: fail before touching the table
+        before = _read(store, args.name)  # unknown sequence: fail before touching the table
         if args.past is not None:
             highest: int | None = args.past
             source = str(args.past)
@@ -440,10 +460,11 @@ def _run_sync(args: argparse.Namespace) -> int:
         if highest is None:
             print(f"{args.table} is empty; sequence {args.name!r} is unchanged")
             return 0
-        row = maintenance.sync(store, args.name, highest)
+        maintenance.sync(store, args.name, highest)
+        row = _read(store, args.name)
     finally:
         store.close()
-    print(f"sequence {args.name!r}: {source}, next value {row.next_value}")
+    print(f"sequence {args.name!r}{_unchanged(before, row)}: {source}, next value {row.next_value}")
     return 0
 
 

@@ -258,6 +258,9 @@ def sqlite_files(store: SequenceStore) -> tuple[str, str] | None:
 
 def stored_names(store: SequenceStore) -> list[str]:
     """Every sequence name in ``store``, including rows that fail validation."""
+    listed = getattr(store, "stored_names", None)
+    if callable(listed):  # SQLStore: its companion's rows and the gapless ones
+        return sorted(str(name) for name in listed())
     files = sqlite_files(store)
     if files is not None and not os.path.exists(files[1]):
         return []  # opening it would create an empty companion file

@@ -37,13 +37,12 @@ from autoseq.errors import (
 )
 from autoseq.registry import opening_row
 from autoseq.stores.base import check_count, check_many, plan_reservation
-from autoseq.stores.sql import SQLStore, sequence_table
+from autoseq.stores.sql import SQLStore
 
 _statements: dict[tuple[sa.Table, str], tuple[Any, bool]] = {}
 _locked: dict[sa.Table, tuple[Any, Any]] = {}
 _created: weakref.WeakKeyDictionary[SQLStore, set[str]] = weakref.WeakKeyDictionary()
 _ddl: dict[sa.Table, Any] = {}
-_sqlite_tables: weakref.WeakKeyDictionary[SQLStore, sa.Table] = weakref.WeakKeyDictionary()
 
 
 def check_store(store: object, name: str) -> SQLStore:
@@ -97,15 +96,10 @@ def sqlite_table(store: SQLStore) -> sa.Table:
     """The gapless rows' table in the application's SQLite file: ``<table>_gapless``.
 
     The store's own table lives in the companion file, which a transaction
-    of the application's file does not cover. Same columns; named apart and
-    qualified with ``main`` so that it is never confused with the companion's
-    ``sys_sequence`` when a connection has it attached (Django does, read-only).
+    of the application's file does not cover. The store reads and writes
+    this table too (``SQLStore.gapless_table``), so commands see its rows.
     """
-    table = _sqlite_tables.get(store)
-    if table is None:
-        plain = sequence_table(f"{store.table_name}_gapless")
-        table = _sqlite_tables[store] = plain.to_metadata(sa.MetaData(), schema="main")
-    return table
+    return store.gapless_table
 
 
 def _sqlite_ready(run: Run, table: sa.Table) -> None:
@@ -210,7 +204,11 @@ def take_with(
                 store.create(config if floor is None else opening_row(config, floor()))
             known.add(config.name)
     try:
-        return _take_with(run, dialect, table, config, count, sqlite, floor)
+        # SQLite: a row the store's own table holds for the name (made by
+        # `autoseq create`, or served in blocks before) is where a new
+        # gapless row starts, as it would be the row itself on a server.
+        seed = (lambda: store.read_own(config.name)) if sqlite else None
+        return _take_with(run, dialect, table, config, count, sqlite, floor, seed)
     except SequenceNotFound:
         if not sqlite:
             # Deleted since this process created it: create it again next time.
@@ -226,6 +224,7 @@ def _take_with(
     count: int,
     sqlite: bool,
     floor: Callable[[], int | None] | None,
+    seed: Callable[[], SequenceConfig | None] | None = None,
 ) -> list[int]:
     for _attempt in range(3):
         try:
@@ -239,7 +238,7 @@ def _take_with(
             _sqlite_ready(run, table)
             values = _update_returning(run, dialect, table, config, count)
         if values is None:
-            values = _update_locked(run, table, config, count, sqlite, floor)
+            values = _update_locked(run, table, config, count, sqlite, floor, seed)
         if values is not None:
             return values
     raise ReservationConflict(
@@ -450,6 +449,7 @@ def _update_locked(
     count: int,
     sqlite: bool,
     floor: Callable[[], int | None] | None = None,
+    seed: Callable[[], SequenceConfig | None] | None = None,
 ) -> list[int] | None:
     select, update = _locked_statements(table)
     name = {"seq_name": config.name}
@@ -459,7 +459,8 @@ def _update_locked(
             raise SequenceNotFound(
                 config.name, "its row was deleted while in use; roll back and retry"
             )
-        opening = opening_row(config, floor()) if floor is not None else config
+        base = (seed() if seed is not None else None) or config
+        opening = opening_row(base, floor()) if floor is not None else base
         values = opening.as_row() | {"updated_at": utc_now(), "version": 0}
         run(sa.insert(table).prefix_with("OR IGNORE").values(values), None)
         rows, _count, _last = run(select, name)

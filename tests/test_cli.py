@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -500,3 +501,95 @@ def test_create_and_change_offer_every_setting_of_the_core() -> None:
     assert {s.option for s in SETTINGS} <= options("create")
     assert {"--" + n.replace("_", "-") for n in CHANGEABLE_SETTINGS} <= options("change")
     assert "--start" not in options("change")
+
+
+# gapless rows on SQLite: one place for every row of the application -----------------
+
+
+@pytest.fixture
+def gapless_app(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> Iterator[tuple[Callable[..., Result], Callable[[int], list[str]], SQLStore]]:
+    """A SQLite application taking gapless invoice numbers, and ``autoseq`` on its file.
+
+    Yields (run the command line, commit N invoices and return their numbers, the store).
+    """
+    from autoseq import Serial
+
+    url = f"sqlite:///{tmp_path / 'app.db'}"
+    engine = sa.create_engine(url)
+    store = SQLStore(url)
+    serial = Serial(store, "invoices", "INV-{n:05d}", gapless=True)
+
+    def run(*args: str) -> Result:
+        capsys.readouterr()
+        status = main(["--url", url, *args])
+        captured = capsys.readouterr()
+        return Result(status, captured.out, captured.err)
+
+    def commit(count: int) -> list[str]:
+        with engine.begin() as connection:
+            return [serial.next(connection) for _ in range(count)]
+
+    yield run, commit, store
+    store.close()
+    engine.dispose()
+
+
+def test_gapless_rows_on_sqlite_are_listed_and_examined(gapless_app: tuple[Any, ...]) -> None:
+    """A gapless serial's row (in the application's file) shows in list and doctor."""
+    run, commit, _store = gapless_app
+    assert commit(5) == [f"INV-{n:05d}" for n in range(1, 6)]
+    listed = run("list")
+    assert listed.status == 0
+    assert [line.split()[:2] for line in listed.out.splitlines()[1:]] == [["invoices", "6"]]
+    report = run("doctor", "--json")
+    assert [s["name"] for s in json.loads(report.out)["sequences"]] == ["invoices"]
+    assert json.loads(report.out)["sequences"][0]["current"] == 6
+    created = run("create", "invoices")
+    assert (created.status, created.out) == (2, "")
+    assert "'invoices' already exists" in created.err
+
+
+def test_set_moves_a_gapless_serial_on_sqlite(gapless_app: tuple[Any, ...]) -> None:
+    """`autoseq set invoices 100`: the next committed gapless number is INV-00100."""
+    run, commit, _store = gapless_app
+    commit(5)
+    result = run("set", "invoices", "100")
+    assert (result.status, result.out) == (0, "sequence 'invoices': next value 100\n")
+    assert commit(2) == ["INV-00100", "INV-00101"]
+    again = run("set", "invoices", "102")
+    assert again.out == "sequence 'invoices' is unchanged: next value 102\n"
+    changed = run("change", "invoices", "--end", "500")
+    assert changed.status == 0
+    assert commit(1) == ["INV-00102"]
+    assert run("list").out.splitlines()[1].split()[:3] == ["invoices", "103", "500"]
+
+
+def test_a_companion_row_beside_a_gapless_one_no_longer_takes_the_set(
+    gapless_app: tuple[Any, ...],
+) -> None:
+    """The stuck state: a row `create` once made in the companion; set now moves the serial.
+
+    Before, `autoseq set invoices 100` wrote that companion row, printed
+    success, and the serial carried on at INV-00006.
+    """
+    run, commit, store = gapless_app
+    commit(5)
+    with store.engine.begin() as connection:  # as `autoseq create` made it before
+        store.table.create(connection, checkfirst=True)
+        row = SequenceConfig("invoices").as_row() | {"version": 0}
+        connection.execute(sa.insert(store.table).values(row))
+    assert run("set", "invoices", "100").status == 0
+    assert commit(1) == ["INV-00100"]
+    assert [line.split()[:2] for line in run("list").out.splitlines()[1:]] == [["invoices", "101"]]
+
+
+def test_a_row_created_before_the_first_gapless_take_is_where_it_starts(
+    gapless_app: tuple[Any, ...],
+) -> None:
+    """`autoseq create invoices --start 1000` first: gapless numbers start at INV-01000."""
+    run, commit, _store = gapless_app
+    assert run("create", "invoices", "--start", "1000").status == 0
+    assert commit(2) == ["INV-01000", "INV-01001"]
+    assert run("list").out.splitlines()[1].split()[:2] == ["invoices", "1002"]

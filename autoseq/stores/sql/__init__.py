@@ -11,12 +11,16 @@ application's file, a reservation needed while the application's own
 transaction holds the write lock would wait for that transaction, which waits
 for the value: a deadlock. So on SQLite the table lives in a companion file,
 ``<database>.autoseq`` beside it (``ATTACH`` it to query it), and an
-in-memory database gets a private in-memory one.
+in-memory database gets a private in-memory one. Gapless rows, whose values
+are taken in the caller's transaction, stay in the application's file
+(``_appfile``); the store reads and writes them there too, so it holds
+every row of the application.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import random
 import time
 import weakref
@@ -39,6 +43,7 @@ from autoseq.errors import (
 )
 from autoseq.stores._errors import translating, unavailable
 from autoseq.stores.base import Block, check_count, plan_reservation, reset_after_fork
+from autoseq.stores.sql._appfile import AppFileRows, application_file, gapless_sqlite_table
 from autoseq.stores.sql._engine import _enable_wal as _enable_wal
 from autoseq.stores.sql._engine import make_engine, needs_watchdog
 from autoseq.stores.sql._forkgate import _ForkGate as _ForkGate
@@ -141,6 +146,13 @@ class SQLStore:
             watch=self._watch,
         )
         self._one_statement = _one_statement_reservation(self.table, self.engine)
+        #: Where gapless rows live on SQLite: ``main.<table>_gapless`` of the
+        #: application's file, which the caller's transaction covers.
+        self.gapless_table = gapless_sqlite_table(self.table_name)
+        path = None if private_memory else application_file(app_url)
+        self._app_rows = (
+            None if path is None else AppFileRows(path, self.gapless_table, sqlite_timeout)
+        )
         reset_after_fork(self)
 
     # engine ---------------------------------------------------------------
@@ -276,6 +288,9 @@ class SQLStore:
     # rows -----------------------------------------------------------------
 
     def create(self, config: SequenceConfig) -> SequenceConfig:
+        gapless = self._app_read(config.name)
+        if gapless is not None:
+            return SequenceConfig.from_row(gapless)  # the stored row wins, wherever it is
         self._ensure_table()
         row = config.as_row() | {"updated_at": utc_now(), "version": 0}
         with self._errors("create", f"creating sequence {config.name!r}", config.name):
@@ -293,23 +308,53 @@ class SQLStore:
         row = self.read_raw(name)
         return None if row is None else SequenceConfig.from_row(row)
 
+    def read_own(self, name: str) -> SequenceConfig | None:
+        """Row ``name`` of the store's own table (on SQLite the companion), never a gapless one."""
+        row = self._own_raw(validate_name(name))
+        return None if row is None else SequenceConfig.from_row(row)
+
     def read_raw(self, name: str) -> dict[str, Any] | None:
         """The stored row as the driver returns it, unvalidated (for repairs)."""
         validate_name(name)
+        gapless = self._app_read(name)
+        return gapless if gapless is not None else self._own_raw(name)
+
+    def _own_raw(self, name: str) -> dict[str, Any] | None:
         statement = sa.select(self.table).where(self.table.c.name == name)
         rows = self._select(statement, f"reading sequence {name!r}", name)
         return dict(rows[0]) if rows else None
 
     def read_all(self) -> list[SequenceConfig]:
-        statement = sa.select(self.table).order_by(self.table.c.name)
-        return [
-            SequenceConfig.from_row(row) for row in self._select(statement, "reading sequences")
-        ]
+        return [SequenceConfig.from_row(row) for row in self._all_raw()]
+
+    def stored_names(self) -> list[str]:
+        """Every stored name, rows that fail validation included, in order."""
+        return [str(row["name"]) for row in self._all_raw()]
+
+    def _all_raw(self) -> list[dict[str, Any]]:
+        """Every stored row, gapless ones included, by name."""
+        rows = {
+            row["name"]: dict(row)
+            for row in self._select(sa.select(self.table), "reading sequences")
+        }
+        if self._app_rows is not None:
+            with self._errors("read", "reading gapless sequences in the application's file"):
+                rows |= {row["name"]: row for row in self._app_rows.read_all_raw()}
+        return [rows[name] for name in sorted(rows)]
+
+    def _app_read(self, name: str) -> dict[str, Any] | None:
+        """Gapless row ``name`` of the application's SQLite file, as stored, or None."""
+        if self._app_rows is None:
+            return None
+        with self._errors("read", f"reading gapless sequence {name!r}", name):
+            return self._app_rows.read_raw(name)
 
     def _select(
         self, statement: sa.Select[Any], what: str, name: str | None = None
     ) -> Sequence[RowMapping]:
         """The rows ``statement`` reads; none while the table does not exist yet."""
+        if self._app_rows is not None and not os.path.exists(self.url.database or ""):
+            return []  # no companion file yet: reading must not create one
         self._upgrade_table()
         try:
             with self._connection() as connection:
@@ -320,6 +365,13 @@ class SQLStore:
             raise self._translate(exc, "read", what, name) from exc
 
     def update(self, config: SequenceConfig) -> SequenceConfig:
+        if self._app_rows is not None:
+            with self._errors("update", f"updating gapless sequence {config.name!r}", config.name):
+                updated = self._app_rows.update(config)
+            if updated:
+                stored = self.read(config.name)
+                assert stored is not None
+                return stored
         self._upgrade_table()
         row = config.as_row() | {"updated_at": utc_now(), "version": self.table.c.version + 1}
         del row["name"]
@@ -339,9 +391,10 @@ class SQLStore:
     def delete(self, name: str) -> bool:
         """Remove a row; True if it existed."""
         validate_name(name)
+        gapless = self._app_rows is not None and self._app_rows.delete(name)
         with self._transaction() as connection:
             result = connection.execute(sa.delete(self.table).where(self.table.c.name == name))
-        return bool(result.rowcount)
+        return bool(result.rowcount) or gapless
 
     # reservation ----------------------------------------------------------
 
@@ -454,6 +507,8 @@ class SQLStore:
         return result.rowcount == 1
 
     def compare_and_set(self, row: SequenceConfig, version: int) -> SequenceConfig | None:
+        if self._app_read(row.name) is not None:
+            return self._app_compare_and_set(row, version)
         t = self.table
         self._upgrade_table()
         values = row.as_row() | {"updated_at": utc_now(), "version": version + 1}
@@ -472,6 +527,16 @@ class SQLStore:
                 return None
         return self.read(row.name)
 
+    def _app_compare_and_set(self, row: SequenceConfig, version: int) -> SequenceConfig | None:
+        """``compare_and_set`` of a gapless row, in the application's SQLite file."""
+        assert self._app_rows is not None
+        what = f"writing gapless sequence {row.name!r}"
+        with self._errors("compare_and_set", what, row.name):
+            written, exists = self._app_rows.compare_and_set(row, version)
+        if not exists:
+            raise SequenceNotFound(row.name)
+        return self.read(row.name) if written else None
+
     def _missing_table(self, exc: BaseException) -> bool:
         return missing_table(exc, self.table_name)
 
@@ -484,9 +549,13 @@ class SQLStore:
             self._watch.after_fork()
         self._gate = _ForkGate(self._gate.timeout)
         self.engine.dispose(close=False)
+        if self._app_rows is not None:
+            self._app_rows.dispose(close=False)
 
     def close(self) -> None:
         self.engine.dispose()
+        if self._app_rows is not None:
+            self._app_rows.dispose()
 
 
 _gated: weakref.WeakSet[SQLStore] = weakref.WeakSet()
