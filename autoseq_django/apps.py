@@ -74,10 +74,11 @@ def _connection_created(connection: Any, **kwargs: Any) -> None:
         # Django is about to create or drop a (test) database: let go of ours.
         sequences.disconnect_servers()
     elif connection.vendor == "sqlite":
-        from autoseq_django.sqlite import attach_companion
+        from autoseq_django.sqlite import attach_companion, show_gapless_rows
 
         try:
             attach_companion(connection)
+            show_gapless_rows(connection)
         except Exception as exc:  # noqa: BLE001 - a connection must open even so
             # Only SysSequence queries miss the rows; inserts never need them.
             logging.getLogger("autoseq_django").warning(

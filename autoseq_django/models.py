@@ -14,10 +14,41 @@ table), so ``orders`` and ``Orders`` are two sequences, as elsewhere.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import TYPE_CHECKING
 
-from django.db import models
+from django.db import connections, models
 
 from autoseq.config import NAME_MAX_LENGTH, SequenceConfig
+
+if TYPE_CHECKING:
+    _Manager = models.Manager["SysSequence"]
+else:
+    _Manager = models.Manager
+
+
+class SequenceManager(_Manager):
+    """``SysSequence.objects``: on SQLite it shows the file's gapless rows too.
+
+    They live in the application's file, beside the companion's rows; see
+    :func:`autoseq_django.sqlite.show_gapless_rows`.
+    """
+
+    def get_queryset(self) -> models.QuerySet[SysSequence]:
+        _show_gapless_rows(self.db)
+        return super().get_queryset()
+
+    def using(self, alias: str | None) -> models.QuerySet[SysSequence]:
+        _show_gapless_rows(alias or self.db)
+        return super().get_queryset().using(alias)
+
+
+def _show_gapless_rows(alias: str) -> None:
+    connection = connections[alias]
+    if connection.vendor == "sqlite":
+        from autoseq_django.sqlite import show_gapless_rows
+
+        connection.ensure_connection()
+        show_gapless_rows(connection)
 
 
 class SysSequence(models.Model):
@@ -41,6 +72,8 @@ class SysSequence(models.Model):
     version: models.BigIntegerField[int, int] = models.BigIntegerField(
         default=0, help_text="Bumped by every write; hand-backs compare it."
     )
+
+    objects = SequenceManager()
 
     class Meta:
         db_table = "sys_sequence"

@@ -31,6 +31,9 @@ from django.core.exceptions import ImproperlyConfigured
 
 #: The schema name the companion is attached under.
 SCHEMA = "autoseq"
+#: The table SysSequence reads, and where a SQLite file keeps its gapless rows.
+SEQUENCES = "sys_sequence"
+GAPLESS = f"{SEQUENCES}_gapless"
 
 
 def companion_path(connection: Any) -> str | None:
@@ -124,5 +127,73 @@ def attach_companion(connection: Any) -> bool:
 
 def main_tables(raw: Any) -> set[str]:
     """Tables of the main database of a raw sqlite3 connection."""
-    rows = raw.execute("SELECT name FROM main.sqlite_master WHERE type = 'table'")
+    return tables(raw, "main")
+
+
+#: The schema a companion opened as its own database attaches its application's file under.
+APPLICATION_SCHEMA = "autoseq_app"
+
+
+def show_gapless_rows(connection: Any) -> bool:
+    """Let ``sys_sequence`` on ``connection`` show the file's gapless rows too; True when it does.
+
+    Gapless rows live in the application's file (``sys_sequence_gapless``),
+    beside the companion's rows, and the store treats both as one table; a
+    temporary view named ``sys_sequence`` (resolved before any attached
+    table) does the same for ``SysSequence`` and the admin. A name in both
+    is the gapless row, as in the store. Made once the gapless table exists;
+    ``SysSequence.objects`` asks again, so a connection opened before the
+    first gapless value sees it next time. Read-only, like the companion.
+    """
+    raw = getattr(connection, "connection", None)
+    if raw is None or connection.vendor != "sqlite":
+        return False
+    temp = raw.execute("SELECT name FROM sqlite_temp_master WHERE type = 'view'")
+    if SEQUENCES in {row[0] for row in temp}:
+        return True
+    schemas = _rows_and_gapless_schemas(connection, raw)
+    if schemas is None:
+        return False
+    rows, gapless = schemas
+    if SEQUENCES not in tables(raw, rows) or GAPLESS not in tables(raw, gapless):
+        return False
+    from autoseq.stores.sql import sequence_table
+
+    columns = ", ".join(f'"{column.name}"' for column in sequence_table().columns)
+    raw.execute(
+        f"CREATE TEMP VIEW IF NOT EXISTS {SEQUENCES} AS "  # noqa: S608 - constant identifiers
+        f"SELECT {columns} FROM {gapless}.{GAPLESS} UNION ALL "
+        f"SELECT {columns} FROM {rows}.{SEQUENCES} "
+        f"WHERE name NOT IN (SELECT name FROM {gapless}.{GAPLESS})"
+    )
+    return True
+
+
+def _rows_and_gapless_schemas(connection: Any, raw: Any) -> tuple[str, str] | None:
+    """(schema of the companion's rows, schema of the gapless rows) on ``connection``, or None.
+
+    An application's file has its companion attached (``autoseq``); a
+    companion opened as its own database (Django's companion alias) attaches
+    its application's file read-only, when it exists and no transaction is open.
+    """
+    from autoseq.stores.sql import SIDECAR_SUFFIX
+
+    attached = {row[1] for row in raw.execute("PRAGMA database_list")}
+    if SCHEMA in attached:
+        return SCHEMA, "main"
+    name = str(connection.settings_dict.get("NAME") or "")
+    application = name.removesuffix(SIDECAR_SUFFIX)
+    if application == name or not os.path.exists(application):
+        return None
+    if APPLICATION_SCHEMA not in attached:
+        if raw.in_transaction:
+            return None  # SQLite refuses ATTACH inside a transaction
+        uri = f"file:{urllib.parse.quote(os.path.realpath(application))}?mode=ro"
+        raw.execute(f"ATTACH DATABASE ? AS {APPLICATION_SCHEMA}", (uri,))
+    return "main", APPLICATION_SCHEMA
+
+
+def tables(raw: Any, schema: str) -> set[str]:
+    """Tables of ``schema`` (``main`` or an attached database) of a raw sqlite3 connection."""
+    rows = raw.execute(f"SELECT name FROM {schema}.sqlite_master WHERE type = 'table'")  # noqa: S608
     return {row[0] for row in rows}

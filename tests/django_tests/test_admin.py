@@ -164,3 +164,25 @@ def test_change_form_shows_this_process_rate_and_next_block(
     sequences.store(sequences.sequence_database(backend)).create(SequenceConfig(idle))
     listing = admin_client_for.get(reverse("admin:autoseq_syssequence_changelist")).content
     assert "not used by this process" in listing.decode()
+
+
+@pytest.mark.autoseq_transaction
+def test_a_gapless_sequence_is_listed_and_moved_like_any_other(
+    backend: str, admin_client_for: Client
+) -> None:
+    """A gapless key's row (on SQLite in the application's file) is listed; a change moves it."""
+    from django.db import transaction
+
+    from django_tests.testapp.models import Voucher
+
+    name = Voucher._meta.get_field("id").sequence_name
+    with transaction.atomic(using=backend):
+        taken = [Voucher.objects.using(backend).create().pk for _ in range(5)]
+    page = admin_client_for.get(reverse("admin:autoseq_syssequence_changelist")).content
+    assert name in page.decode()
+    assert stored_current(backend, name) == taken[-1] + 1
+    target = taken[-1] + 100
+    response = admin_client_for.post(change_url(name), form_data(backend, name, current=target))
+    assert response.status_code == 302, response.content.decode()[:2000]
+    with transaction.atomic(using=backend):
+        assert Voucher.objects.using(backend).create().pk == target

@@ -54,8 +54,11 @@ def test_doctor_finds_the_example_shop_healthy(shop: str) -> None:
         n for n in statuses if re.fullmatch(r"orders_order\.reference:\d{4}-\d\d-\d\d", n)
     ]
     assert references, statuses  # the day's ORD-YYYYMMDD-NNNNN row
+    # The year's gapless invoice row, kept in example.db itself (not the companion).
+    invoices = [n for n in statuses if re.fullmatch(r"orders_invoice\.number:\d{4}", n)]
+    assert invoices, statuses
     assert statuses == {"order_numbers": "ok", "orders_order": "ok"} | dict.fromkeys(
-        references, "ok"
+        references + invoices, "ok"
     )
     cli = run(
         "-m",

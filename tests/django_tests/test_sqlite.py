@@ -236,3 +236,33 @@ def test_an_in_memory_immediate_database_works_without_the_list(tmp_path: Path) 
     (tmp_path / "shop" / "tests.py").write_text(textwrap.dedent(IMMEDIATE_TESTS))
     run("-m", "django", "makemigrations", "shop")
     assert "OK" in run("-m", "django", "test", "shop")
+
+
+@pytest.mark.django_db(databases=FILE_DATABASES, transaction=True)
+def test_gapless_rows_of_a_sqlite_file_are_queried_listed_and_set() -> None:
+    """SysSequence and manage.py autoseq see a gapless key's row (kept in the main file).
+
+    `manage.py autoseq set` moves it: the next committed key is the value set.
+    """
+    import io
+
+    from django.db import transaction
+
+    from django_tests.testapp.models import Voucher
+
+    name = Voucher._meta.get_field("id").sequence_name
+    with transaction.atomic(using="sqlite"):
+        last = [Voucher.objects.using("sqlite").create().pk for _ in range(3)][-1]
+    row = SysSequence.objects.using("sqlite").get(name=name)
+    assert row.current == last + 1
+    out = io.StringIO()
+    call_command("autoseq", "list", database="sqlite", stdout=out)
+    assert [line.split()[:2] for line in out.getvalue().splitlines() if name in line] == [
+        [name, str(last + 1)]
+    ]
+    call_command("autoseq", "set", name, str(last + 50), database="sqlite", stdout=out)
+    with transaction.atomic(using="sqlite"):
+        assert Voucher.objects.using("sqlite").create().pk == last + 50
+    out = io.StringIO()
+    call_command("autoseq", "set", name, str(last + 51), database="sqlite", stdout=out)
+    assert out.getvalue() == f"{name!r}: current {last + 51}, unchanged\n"

@@ -41,10 +41,11 @@ def gapless_sqlite_table(table_name: str) -> sa.Table:
 
 
 def application_file(app_url: URL) -> str | None:
-    """The application's SQLite file a store on ``app_url`` can open beside it, or None.
+    """The application's SQLite file of a store on ``app_url``, or None.
 
-    None for memory (another process cannot see it), ``file:`` URIs and a
-    URL naming a companion file itself.
+    A URL naming a companion file (``app.db.autoseq``, as Django's companion
+    alias does) belongs to ``app.db``. None for memory (another process
+    cannot see it) and ``file:`` URIs.
     """
     from autoseq.stores.sql._urls import SIDECAR_SUFFIX
 
@@ -53,9 +54,7 @@ def application_file(app_url: URL) -> str | None:
         return None
     if database.startswith("file:") or "mode=memory" in database:
         return None
-    if database.endswith(SIDECAR_SUFFIX):
-        return None
-    return os.path.realpath(database)
+    return os.path.realpath(database.removesuffix(SIDECAR_SUFFIX))
 
 
 class AppFileRows:

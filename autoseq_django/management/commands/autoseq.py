@@ -132,7 +132,10 @@ class Command(BaseCommand):
         name, value = options["name"], options["value"]
         before = maintenance.read(sequence_alias, name)
         row = maintenance.change(sequence_alias, name, {"current": value}, force=options["force"])
-        self.stdout.write(f"{name!r}: current {before.next_value} -> {row.next_value}")
+        if row.version == before.version:  # no write reached the row: never say it moved
+            self.stdout.write(f"{name!r}: current {row.next_value}, unchanged")
+        else:
+            self.stdout.write(f"{name!r}: current {before.next_value} -> {row.next_value}")
 
     def _sync(self, sequence_alias: str, **options: Any) -> None:
         results = maintenance.sync(options["database"], names=options["names"] or None)
