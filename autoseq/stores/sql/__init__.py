@@ -338,7 +338,8 @@ class SQLStore:
             for row in self._select(sa.select(self.table), "reading sequences")
         }
         if self._app_rows is not None:
-            with self._errors("read", "reading gapless sequences in the application's file"):
+            what = "reading gapless sequences in the application's file"
+            with self._gate.passage(), self._errors("read", what):
                 rows |= {row["name"]: row for row in self._app_rows.read_all_raw()}
         return [rows[name] for name in sorted(rows)]
 
@@ -346,7 +347,7 @@ class SQLStore:
         """Gapless row ``name`` of the application's SQLite file, as stored, or None."""
         if self._app_rows is None:
             return None
-        with self._errors("read", f"reading gapless sequence {name!r}", name):
+        with self._gate.passage(), self._errors("read", f"reading gapless sequence {name!r}", name):
             return self._app_rows.read_raw(name)
 
     def _select(
@@ -366,7 +367,8 @@ class SQLStore:
 
     def update(self, config: SequenceConfig) -> SequenceConfig:
         if self._app_rows is not None:
-            with self._errors("update", f"updating gapless sequence {config.name!r}", config.name):
+            what = f"updating gapless sequence {config.name!r}"
+            with self._gate.passage(), self._errors("update", what, config.name):
                 updated = self._app_rows.update(config)
             if updated:
                 stored = self.read(config.name)
@@ -391,7 +393,8 @@ class SQLStore:
     def delete(self, name: str) -> bool:
         """Remove a row; True if it existed."""
         validate_name(name)
-        gapless = self._app_rows is not None and self._app_rows.delete(name)
+        with self._gate.passage():
+            gapless = self._app_rows is not None and self._app_rows.delete(name)
         with self._transaction() as connection:
             result = connection.execute(sa.delete(self.table).where(self.table.c.name == name))
         return bool(result.rowcount) or gapless
@@ -531,7 +534,7 @@ class SQLStore:
         """``compare_and_set`` of a gapless row, in the application's SQLite file."""
         assert self._app_rows is not None
         what = f"writing gapless sequence {row.name!r}"
-        with self._errors("compare_and_set", what, row.name):
+        with self._gate.passage(), self._errors("compare_and_set", what, row.name):
             written, exists = self._app_rows.compare_and_set(row, version)
         if not exists:
             raise SequenceNotFound(row.name)

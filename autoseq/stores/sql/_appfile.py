@@ -63,22 +63,14 @@ class AppFileRows:
     def __init__(self, path: str, table: sa.Table, timeout: float) -> None:
         self.path = path
         self.table = table
-        self._timeout = timeout
-        self._engine: Engine | None = None
+        # Made now (it connects only when used), so threads never race to make two.
+        self._engine = sa.create_engine(
+            URL.create("sqlite", database=path),
+            connect_args={"timeout": timeout, "check_same_thread": False},
+        )
+        event.listen(self._engine, "connect", _autocommit)
 
     def _connect(self) -> Engine:
-        if self._engine is None:
-            engine = sa.create_engine(
-                URL.create("sqlite", database=self.path),
-                connect_args={"timeout": self._timeout, "check_same_thread": False},
-            )
-
-            @event.listens_for(engine, "connect")
-            def _autocommit(dbapi_connection: Any, _record: Any) -> None:
-                # Each read is its own statement; writes begin explicitly.
-                dbapi_connection.isolation_level = None
-
-            self._engine = engine
         return self._engine
 
     def _present(self) -> bool:
@@ -154,8 +146,12 @@ class AppFileRows:
 
     def dispose(self, *, close: bool = True) -> None:
         """Let go of the connections (``close=False`` after fork: they are the parent's)."""
-        if self._engine is not None:
-            self._engine.dispose(close=close)
+        self._engine.dispose(close=close)
+
+
+def _autocommit(dbapi_connection: Any, _record: Any) -> None:
+    # Each read is its own statement; writes begin explicitly (BEGIN IMMEDIATE).
+    dbapi_connection.isolation_level = None
 
 
 def _missing(exc: DBAPIError) -> bool:
