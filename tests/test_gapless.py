@@ -5,6 +5,7 @@ from __future__ import annotations
 import multiprocessing
 import random
 import threading
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -310,3 +311,52 @@ def test_a_gapless_row_with_a_flag_edited_by_hand_is_refused(
     with engine.begin() as connection, pytest.raises(InvalidStoredRow, match="cycle must be"):
         taken.append(serial.next(connection))
     assert taken == ["E1", "E2", "E3"]
+
+
+def test_set_while_threads_commit_gapless_numbers_moves_the_serial_without_a_repeat(
+    store: SQLStore, engine: sa.Engine
+) -> None:
+    """4 threads commit gapless numbers while `set` moves the row: two unbroken runs, no repeat.
+
+    On SQLite the row is in the application's file, which the store writes too.
+    """
+    from autoseq import maintenance
+
+    numbers = sa.Table(
+        unique_table("nums"), sa.MetaData(), sa.Column("n", sa.BigInteger, nullable=False)
+    )
+    numbers.create(engine)
+    serial = Serial(store, "moved", "{n}", gapless=True)
+    committed, moved = threading.Event(), threading.Event()
+
+    def writer() -> None:
+        for index in range(25):
+            if index == 10:
+                assert moved.wait(60)  # the rest after the set, however the threads ran
+            with engine.begin() as connection:
+                value = int(serial.next(connection))
+                connection.execute(sa.insert(numbers).values(n=value))
+            committed.set()
+            time.sleep(0.002)
+
+    threads = [threading.Thread(target=writer) for _ in range(4)]
+    try:
+        for thread in threads:
+            thread.start()
+        assert committed.wait(30)
+        maintenance.set_current(store, "moved", 1000)  # while writers are in their first ten
+        moved.set()
+        for thread in threads:
+            thread.join(120)
+        with engine.connect() as connection:
+            values = sorted(connection.execute(sa.select(numbers.c.n)).scalars())
+    finally:
+        moved.set()
+        numbers.drop(engine)
+    assert len(values) == 100
+    assert len(set(values)) == 100, "a gapless number was committed twice"
+    before = [v for v in values if v < 1000]
+    after = [v for v in values if v >= 1000]
+    assert before == list(range(1, len(before) + 1))
+    assert after == list(range(1000, 1000 + len(after)))
+    assert len(after) >= 60  # every thread's last 15, at least
