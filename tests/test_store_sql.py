@@ -354,3 +354,40 @@ def test_an_older_mariadb_table_is_upgraded_so_names_differing_in_case_are_two_r
     finally:
         legacy.drop_all(engine)
         engine.dispose()
+
+
+def test_first_use_while_the_caller_holds_the_application_file_exclusively(
+    tmp_path: Any,
+) -> None:
+    """A registry's first read never waits out a caller holding app.db (a spilled transaction).
+
+    The store looks for gapless rows in the application's file; a caller's
+    transaction holding it exclusively would make that read wait for the
+    caller, who waits for the value.
+    """
+    import sqlite3
+    import time
+
+    from autoseq import SequenceRegistry, Serial
+
+    url = f"sqlite:///{tmp_path / 'app.db'}"
+    store = SQLStore(url, sqlite_timeout=10)
+    engine = sa.create_engine(url)
+    with engine.begin() as connection:  # the application's file now holds a gapless row
+        Serial(store, "invoices", "{n}", gapless=True).next(connection)
+    engine.dispose()
+    caller = sqlite3.connect(tmp_path / "app.db", isolation_level=None)
+    caller.execute("BEGIN EXCLUSIVE")
+    try:
+        started = time.monotonic()
+        registry = SequenceRegistry(store)
+        lock = registry.register(SequenceConfig("orders"), floor=lambda: None)
+        served = [lock.next() for _ in range(3)]
+        elapsed = time.monotonic() - started
+    finally:
+        caller.execute("ROLLBACK")
+        caller.close()
+    registry.close()
+    store.close()
+    assert served == [1, 2, 3]
+    assert elapsed < 3, f"the first use waited {elapsed:.1f} s for the caller's lock"

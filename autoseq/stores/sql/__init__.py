@@ -43,7 +43,12 @@ from autoseq.errors import (
 )
 from autoseq.stores._errors import translating, unavailable
 from autoseq.stores.base import Block, check_count, plan_reservation, reset_after_fork
-from autoseq.stores.sql._appfile import AppFileRows, application_file, gapless_sqlite_table
+from autoseq.stores.sql._appfile import (
+    AppFileRows,
+    application_file,
+    gapless_sqlite_table,
+    locked,
+)
 from autoseq.stores.sql._engine import _enable_wal as _enable_wal
 from autoseq.stores.sql._engine import make_engine, needs_watchdog
 from autoseq.stores.sql._forkgate import _ForkGate as _ForkGate
@@ -87,6 +92,9 @@ __all__ = [
 
 
 log = logging.getLogger("autoseq")
+#: How long (s) ``read`` and ``create`` wait for a lock on the application's
+#: SQLite file before answering without its gapless rows (see ``_app_read``).
+SERVING_WAIT = 1.0
 
 
 class SQLStore:
@@ -153,6 +161,7 @@ class SQLStore:
         self._app_rows = (
             None if path is None else AppFileRows(path, self.gapless_table, sqlite_timeout)
         )
+        self._app_locked_until = 0.0
         reset_after_fork(self)
 
     # engine ---------------------------------------------------------------
@@ -288,7 +297,7 @@ class SQLStore:
     # rows -----------------------------------------------------------------
 
     def create(self, config: SequenceConfig) -> SequenceConfig:
-        gapless = self._app_read(config.name)
+        gapless = self._app_read(config.name, serving=True)
         if gapless is not None:
             return SequenceConfig.from_row(gapless)  # the stored row wins, wherever it is
         self._ensure_table()
@@ -299,13 +308,15 @@ class SQLStore:
                     connection.execute(sa.insert(self.table).values(row))
             except IntegrityError:
                 pass  # another process created it first: the stored row wins
-        stored = self.read(config.name)
+        stored = self._own_raw(config.name)  # a gapless row would have been returned above
         if stored is None:  # pragma: no cover - deleted between insert and read
             raise SequenceNotFound(config.name, "it was deleted while being created")
-        return stored
+        return SequenceConfig.from_row(stored)
 
     def read(self, name: str) -> SequenceConfig | None:
-        row = self.read_raw(name)
+        validate_name(name)
+        gapless = self._app_read(name, serving=True)
+        row = gapless if gapless is not None else self._own_raw(name)
         return None if row is None else SequenceConfig.from_row(row)
 
     def read_own(self, name: str) -> SequenceConfig | None:
@@ -343,12 +354,35 @@ class SQLStore:
                 rows |= {row["name"]: row for row in self._app_rows.read_all_raw()}
         return [rows[name] for name in sorted(rows)]
 
-    def _app_read(self, name: str) -> dict[str, Any] | None:
-        """Gapless row ``name`` of the application's SQLite file, as stored, or None."""
+    def _app_read(self, name: str, *, serving: bool = False) -> dict[str, Any] | None:
+        """Gapless row ``name`` of the application's SQLite file, as stored, or None.
+
+        ``serving``: for ``read`` and ``create``, which a registry calls on a
+        sequence's first use, maybe inside the caller's transaction on that
+        very file. A transaction that holds it exclusively (a large one
+        spills its changes into the file) would make the read wait for the
+        caller, who waits for the value: so such a read waits a moment only,
+        then answers from the store's own table as if no gapless row
+        existed, which is right for the blocks a registry serves. Every
+        other read (read_raw, read_all, compare_and_set: the operators'
+        paths) waits for the lock as long as the store's timeout.
+        """
         if self._app_rows is None:
             return None
-        with self._gate.passage(), self._errors("read", f"reading gapless sequence {name!r}", name):
-            return self._app_rows.read_raw(name)
+        what = f"reading gapless sequence {name!r}"
+        if serving and time.monotonic() < self._app_locked_until:
+            return None  # locked a moment ago: do not wait again for each call
+        with self._gate.passage(), self._errors("read", what, name):
+            if not serving:
+                return self._app_rows.read_raw(name)
+            try:
+                return self._app_rows.read_raw(name, wait=SERVING_WAIT)
+            except DBAPIError as exc:
+                if not locked(exc):
+                    raise
+                log.debug("%s: the application's file is locked; blocks only", what)
+                self._app_locked_until = time.monotonic() + 10 * SERVING_WAIT
+                return None
 
     def _select(
         self, statement: sa.Select[Any], what: str, name: str | None = None

@@ -63,6 +63,7 @@ class AppFileRows:
     def __init__(self, path: str, table: sa.Table, timeout: float) -> None:
         self.path = path
         self.table = table
+        self._timeout_ms = int(timeout * 1000)
         # Made now (it connects only when used), so threads never race to make two.
         self._engine = sa.create_engine(
             URL.create("sqlite", database=path),
@@ -76,20 +77,26 @@ class AppFileRows:
     def _present(self) -> bool:
         return os.path.exists(self.path)  # never create the application's file
 
-    def _select(self, statement: sa.Select[Any]) -> Sequence[RowMapping]:
+    def _select(self, statement: sa.Select[Any], wait: float | None = None) -> Sequence[RowMapping]:
         if not self._present():
             return []
         try:
             with self._connect().connect() as connection:
-                return connection.execute(statement).mappings().all()
+                if wait is None:
+                    return connection.execute(statement).mappings().all()
+                connection.exec_driver_sql(f"PRAGMA busy_timeout = {int(wait * 1000)}")
+                try:
+                    return connection.execute(statement).mappings().all()
+                finally:
+                    connection.exec_driver_sql(f"PRAGMA busy_timeout = {self._timeout_ms}")
         except DBAPIError as exc:
             if _missing(exc):
                 return []  # no gapless value taken yet
             raise
 
-    def read_raw(self, name: str) -> dict[str, Any] | None:
-        """Row ``name`` as stored, or None."""
-        rows = self._select(sa.select(self.table).where(self.table.c.name == name))
+    def read_raw(self, name: str, *, wait: float | None = None) -> dict[str, Any] | None:
+        """Row ``name`` as stored, or None; waiting at most ``wait`` s for a writer's lock."""
+        rows = self._select(sa.select(self.table).where(self.table.c.name == name), wait)
         return dict(rows[0]) if rows else None
 
     def read_all_raw(self) -> list[dict[str, Any]]:
@@ -156,3 +163,8 @@ def _autocommit(dbapi_connection: Any, _record: Any) -> None:
 
 def _missing(exc: DBAPIError) -> bool:
     return "no such table" in str(exc.orig).lower()
+
+
+def locked(exc: DBAPIError) -> bool:
+    """Whether ``exc`` is SQLite's "database is locked" (a writer holds the file)."""
+    return "locked" in str(exc.orig).lower()
