@@ -180,7 +180,9 @@ def _rows_and_gapless_schemas(connection: Any, raw: Any) -> tuple[str, str] | No
 
     attached = {row[1] for row in raw.execute("PRAGMA database_list")}
     if SCHEMA in attached:
-        return SCHEMA, "main"
+        # In memory, the store cannot reach this connection's own database:
+        # a row shown here could not be changed, so none is shown.
+        return (SCHEMA, "main") if companion_path(connection) is not None else None
     name = str(connection.settings_dict.get("NAME") or "")
     application = name.removesuffix(SIDECAR_SUFFIX)
     if application == name or not os.path.exists(application):
