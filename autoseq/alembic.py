@@ -167,7 +167,7 @@ def _adopt_in_transaction(
     The row is locked, so a reservation elsewhere waits for the migration
     and then sees the moved row.
     """
-    t = sequence_table(name, sa.MetaData())
+    t = sequence_table(name, sa.MetaData(), raw_flags=True)
     t.create(connection, checkfirst=True)
     found = (
         connection.execute(sa.select(t).where(t.c.name == config.name).with_for_update())

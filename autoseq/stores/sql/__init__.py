@@ -136,7 +136,7 @@ class SQLStore:
         self.max_retries = max_retries
         self.statement_timeout = statement_timeout
         self.reservations = 0
-        self.table = sequence_table(self.table_name)
+        self.table = sequence_table(self.table_name, raw_flags=True)
         self.dialect = self.url.get_backend_name()
         self._table_ready = False
         self._version_ready = False

@@ -36,7 +36,7 @@ def gapless_sqlite_table(table_name: str) -> sa.Table:
     ``main`` so that it is never confused with the companion's table when a
     connection has the companion attached (Django does, read-only).
     """
-    plain = sequence_table(f"{table_name}_gapless")
+    plain = sequence_table(f"{table_name}_gapless", raw_flags=True)
     return plain.to_metadata(sa.MetaData(), schema="main")
 
 

@@ -91,8 +91,17 @@ def make_names_binary(connection: Connection, table_name: str, lock_wait: float)
     return True
 
 
-def sequence_table(name: str = "sys_sequence", metadata: sa.MetaData | None = None) -> sa.Table:
-    """The ``sys_sequence`` table as SQLAlchemy Core sees it (the schema every store shares)."""
+def sequence_table(
+    name: str = "sys_sequence", metadata: sa.MetaData | None = None, *, raw_flags: bool = False
+) -> sa.Table:
+    """The ``sys_sequence`` table as SQLAlchemy Core sees it (the schema every store shares).
+
+    ``raw_flags``: read ``batch`` and ``cycle`` as stored (:class:`StoredFlag`),
+    for code that builds ``SequenceConfig.from_row`` from them, which refuses
+    a hand edit; the DDL is the same. Off for an application's metadata, so
+    Alembic renders the columns as plain ``sa.Boolean()``.
+    """
+    flag: type[sa.types.TypeEngine[bool]] = StoredFlag if raw_flags else sa.Boolean
     return sa.Table(
         validate_table_name(name),
         metadata if metadata is not None else sa.MetaData(),
@@ -101,9 +110,9 @@ def sequence_table(name: str = "sys_sequence", metadata: sa.MetaData | None = No
         sa.Column("end", sa.BigInteger, nullable=False),
         sa.Column("step", sa.BigInteger, nullable=False),
         sa.Column("current", sa.BigInteger, nullable=False),
-        sa.Column("batch", StoredFlag, nullable=False),
+        sa.Column("batch", flag, nullable=False),
         sa.Column("batch_count", sa.Integer, nullable=False),
-        sa.Column("cycle", StoredFlag, nullable=False),
+        sa.Column("cycle", flag, nullable=False),
         sa.Column("updated_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("version", sa.BigInteger, nullable=False, server_default="0"),
     )
