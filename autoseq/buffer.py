@@ -3,7 +3,8 @@
 A :class:`Buffer` is the current block (``next .. last`` by ``step``) and
 the reserved blocks queued behind it. It hands out a ``range`` iterator
 over the run that may be served without a lock (:meth:`Buffer.arm`) and
-takes it back to count what is left (:meth:`Buffer.settle`); the caller
+takes it back to count what is left (:meth:`Buffer.settle`, in constant
+time whatever the block's size); the caller
 (:class:`autoseq.lock.SequenceLock`) holds the iterator, so the hot path
 is one attribute and one C-level step. Every method expects its caller to
 serialise calls (the sequence's lock); none blocks or reads the time.
@@ -11,14 +12,47 @@ serialise calls (the sequence's lock); none blocks or reads the time.
 
 from __future__ import annotations
 
+import itertools
 import operator
 from collections import deque
 from collections.abc import Iterable, Iterator
+from typing import Protocol, cast
 
 from autoseq.stores.base import Block
 
 #: A run of values handed out: (first, last, step).
 Run = tuple[int, int, int]
+
+
+class _RangeIterator(Protocol):
+    """What :func:`cut` uses of a ``range`` iterator: its length hint and its pickle state."""
+
+    def __length_hint__(self) -> int: ...
+
+    def __setstate__(self, state: int, /) -> None: ...
+
+
+def cut(fast: Iterator[int], length: int) -> int:
+    """End ``fast``, an iterator over a ``range`` of ``length`` values, and say what it had left.
+
+    Constant time, whatever the length: the length hint reads what is left
+    and ``__setstate__`` (the pickle hook) moves the iterator to its end,
+    a position past it being clipped to it (``length`` is the end in the
+    absolute positions of Python 3.11 and at least what is left in the
+    relative ones of later versions; ``sys.maxsize`` would fall short of a
+    range longer than that, and overflow the iterator of a short one). Both
+    run in one C-level call (``starmap`` over C functions: no bytecode, and
+    no allocation that could start a collection, between them), so under
+    the GIL no other thread takes a value between the count and the end.
+    Walking the rest instead, as a drain would, cost a second per block of
+    16 million values for every thread that met the slow path while a long
+    run was armed.
+    """
+    ranged = cast(_RangeIterator, fast)
+    left, _ = itertools.starmap(
+        operator.call, ((ranged.__length_hint__,), (ranged.__setstate__, length))
+    )
+    return cast(int, left)
 
 
 class Buffer:
@@ -32,6 +66,7 @@ class Buffer:
     __slots__ = (
         "_prefetch_at",
         "blocks",
+        "fast_length",
         "fast_stop",
         "fast_until",
         "last",
@@ -49,6 +84,7 @@ class Buffer:
         self.step = 1
         self.fast_until = 0  # the last value the iterator may serve before the caller looks
         self.fast_stop: int | None = None  # one step past the armed iterator's last value
+        self.fast_length = 0  # how many values the armed iterator started with
         self.blocks: deque[Block] = deque()  # reserved, not yet started
         self.latest: Block | None = None  # the latest reservation, whose row a tail goes back to
 
@@ -59,24 +95,23 @@ class Buffer:
         if self.next > self.fast_until:
             return None
         self.fast_stop = self.fast_until + self.step
+        # Not len(): a run past 2**63 values is still a range, not a C size.
+        self.fast_length = (self.fast_until - self.next) // self.step + 1
         return iter(range(self.next, self.fast_stop, self.step))
 
     def settle(self, fast: Iterator[int]) -> None:
-        """Drain ``fast``, the iterator :meth:`arm` returned, and make ``next`` exact.
+        """End ``fast``, the iterator :meth:`arm` returned, and make ``next`` exact.
 
         The caller swaps its reference to ``fast`` out first: a thread that
         loaded the iterator before the swap takes its value in order, before
-        or after this drain, so what the drain finds is exactly the unserved
-        suffix and no value is both served and counted as left.
+        or after the :func:`cut`, so what the cut counts is exactly the
+        unserved suffix and no value is both served and counted as left.
+        Constant time: many threads meeting the slow path of a block of
+        millions each settle it in turn.
         """
         if self.fast_stop is None:
             return
-        # deque(enumerate(...), maxlen=1) consumes the rest in one C call
-        # (atomic under the GIL) and keeps only the count: no list of a
-        # whole block. The last pair's index says how many were left.
-        last = deque(enumerate(fast), maxlen=1)
-        left = last[0][0] + 1 if last else 0
-        self.next = self.fast_stop - left * self.step
+        self.next = self.fast_stop - cut(fast, self.fast_length) * self.step
         self.fast_stop = None
 
     def position(self, fast: Iterator[int]) -> int:

@@ -18,9 +18,12 @@ point, or the block's end) sit in a ``range`` iterator, and advancing it is
 one C call, atomic under the GIL, so two threads can never get one value.
 The lock is taken to switch blocks. Whoever holds the lock and needs to
 know exactly what is still unserved first swaps the iterator out and
-drains it (:meth:`SequenceLock._settle`): every value then belongs either
-to a caller that took it or to the drain, never to both. Without a GIL
-(free-threaded builds) the iterator is advanced under the lock.
+ends it (:meth:`SequenceLock._settle`), counting what it had left in one
+C call whatever the block's size (:func:`autoseq.buffer.cut`): every value
+then belongs either to a caller that took it or to the count, never to
+both, and threads that meet the slow path one after another each pay a
+constant cost. Without a GIL (free-threaded builds) the iterator is
+advanced under the lock.
 """
 
 from __future__ import annotations
@@ -230,7 +233,7 @@ class SequenceLock:
     def _settle(self) -> None:
         """Stop the fast path and make the buffer exact (lock held).
 
-        The iterator is swapped out before the buffer drains it; see
+        The iterator is swapped out before the buffer ends it; see
         :meth:`autoseq.buffer.Buffer.settle`.
         """
         if self._buffer.fast_stop is None:

@@ -5,6 +5,8 @@ No threads, no clock and no store: each test drives one part by hand.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from autoseq import SequenceConfig
@@ -82,6 +84,27 @@ def test_an_armed_run_settles_to_exactly_what_it_did_not_serve() -> None:
     assert list(fast) == []  # drained: nothing can be served twice
     assert buffer.take(100) == (5, 19, 2)
     assert buffer.arm() is None
+
+
+@pytest.mark.parametrize("size", [2**27, 2**40, 2**64])
+def test_settling_an_armed_run_takes_constant_time_whatever_the_block(size: int) -> None:
+    """settle() counts what a run of 2**27 to 2**64 values left at once, without walking it.
+
+    The first size is small enough for a walk to finish (in a second or
+    more) and fail the bound; the larger ones would not finish at all.
+    """
+    buffer = loaded(block(2**62, 2**62 + (size - 1) * 3, 3))
+    buffer.start_next()
+    fast = buffer.arm()
+    assert fast is not None
+    assert [next(fast), next(fast)] == [2**62, 2**62 + 3]
+    started = time.perf_counter()
+    buffer.settle(fast)
+    assert time.perf_counter() - started < 0.05
+    assert buffer.next == 2**62 + 6
+    assert buffer.current_left(buffer.next) == size - 2
+    assert list(fast) == []  # ended: a thread holding it gets nothing more
+    assert buffer.take(1) == (2**62 + 6, 2**62 + 6, 3)
 
 
 def test_peek_and_counts_see_the_current_and_queued_blocks() -> None:

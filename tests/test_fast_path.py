@@ -2,13 +2,17 @@
 
 On a GIL build a value comes from one step of a range iterator, atomic
 between threads; the lock is taken only to switch blocks, and whoever needs
-to know exactly what is unserved (a bulk, close()) drains the iterator
-first. These tests count duplicates across threads racing on every path.
+to know exactly what is unserved (a bulk, close()) ends the iterator
+first, in constant time however large the block. These tests count
+duplicates across threads racing on every path.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
+import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,6 +24,17 @@ from autoseq.stores import MemoryStore
 from autoseq.testing import FlakyStore
 
 needs_gil = pytest.mark.skipif(not GIL, reason="the lock-free path is for GIL builds only")
+
+
+@pytest.fixture
+def switch_often() -> Iterator[None]:
+    """Let the interpreter switch threads every 10 µs, so threads meet inside the slow path."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(before)
 
 
 def _run(threads: list[threading.Thread]) -> None:
@@ -128,4 +143,68 @@ def test_stats_and_peek_follow_the_fast_path() -> None:
     stats: Any = lock.stats()
     assert stats["current_block_left"] == 70
     assert lock.next_many(3) == [31, 32, 33]
+    lock.close()
+
+
+@needs_gil
+def test_threads_piled_up_at_the_prefetch_point_of_a_huge_block_pass_at_once() -> None:
+    """8 threads waiting on the lock at a prefetch point of a 2**26 block all pass within 1 s.
+
+    The first re-arms the rest of the block; each of the others then settles
+    that run before it takes its value, which walked 67 million values apiece
+    before (seconds each) and is now constant time.
+    """
+    store = FlakyStore(MemoryStore(), delay=0.02)
+    registry = SequenceRegistry(store, policy=BufferPolicy(prefetch_at=1e-6))
+    lock = registry.register(SequenceConfig("pile", batch_count=2**26))
+    # int(2**26 * 1e-6) = 67 values up to the prefetch point; the 67th comes
+    # from the fast path, which is then empty until the lock is taken.
+    assert [*lock.next_many(66), lock.next()] == list(range(1, 68))
+    got: list[int] = []
+    threads = [threading.Thread(target=lambda: got.append(lock.next())) for _ in range(8)]
+    with lock._lock:
+        for thread in threads:
+            thread.start()
+        time.sleep(0.5)  # each finds the fast path empty and waits for the lock
+        released = time.perf_counter()
+    for thread in threads:
+        thread.join(timeout=120)
+    passed = time.perf_counter() - released
+    assert sorted(got) == list(range(68, 76))
+    assert passed < 1.0
+    lock.close()
+
+
+@needs_gil
+def test_sixteen_threads_on_huge_blocks_get_unique_increasing_values_without_a_stall(
+    switch_often: None,
+) -> None:
+    """16 threads on 2**26 blocks past a prefetch point: no value twice, no call over 1 s.
+
+    Threads switching every 10 µs meet in the slow path at the prefetch
+    point while the rest of the block is armed, as threads of a web server
+    do; none may wait for a walk through the block.
+    """
+    store = FlakyStore(MemoryStore(), delay=0.02)
+    registry = SequenceRegistry(store, policy=BufferPolicy(prefetch_at=1e-4))
+    lock = registry.register(SequenceConfig("stall", batch_count=2**26))
+    per_thread: list[list[int]] = [[] for _ in range(16)]
+    slowest = [0.0] * 16
+    start = threading.Barrier(16)
+
+    def serve(index: int) -> None:
+        mine, clock, worst = per_thread[index], time.perf_counter, 0.0
+        start.wait()
+        for _ in range(5_000):
+            began = clock()
+            mine.append(lock.next())
+            worst = max(worst, clock() - began)
+        slowest[index] = worst
+
+    _run([threading.Thread(target=serve, args=(i,)) for i in range(16)])
+    every = [value for values in per_thread for value in values]
+    assert len(every) == len(set(every)) == 80_000
+    assert all(values == sorted(values) for values in per_thread)
+    assert lock.stats()["reservations"] == 2  # the first block and the prefetched one
+    assert max(slowest) < 1.0
     lock.close()
