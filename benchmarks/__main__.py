@@ -19,6 +19,7 @@ SUITES = (
     "hot_path",
     "round_trips",
     "tail_latency",
+    "threads",
     "per_value",
     "orm_sqlalchemy",
     "asyncio_loop",
