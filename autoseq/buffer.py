@@ -69,6 +69,7 @@ class Buffer:
         "fast_length",
         "fast_stop",
         "fast_until",
+        "first",
         "last",
         "latest",
         "next",
@@ -82,6 +83,7 @@ class Buffer:
         self.next = 1
         self.last = 0
         self.step = 1
+        self.first = 1  # where the current block started
         self.fast_until = 0  # the last value the iterator may serve before the caller looks
         self.fast_stop: int | None = None  # one step past the armed iterator's last value
         self.fast_length = 0  # how many values the armed iterator started with
@@ -126,6 +128,10 @@ class Buffer:
         """Values of the current block from ``position`` on."""
         return (self.last - position) // self.step + 1 if position <= self.last else 0
 
+    def served(self) -> int:
+        """Values of the current block served so far (settled)."""
+        return (self.next - self.first) // self.step
+
     def queued(self) -> int:
         """Values in the blocks queued behind the current one."""
         return sum(block.count for block in self.blocks)
@@ -160,6 +166,7 @@ class Buffer:
             return False
         block = self.blocks.popleft()
         self.next, self.last, self.step = block.first, block.last, block.step
+        self.first = block.first
         if self._prefetch_at is not None and not self.blocks:
             used = max(1, int(block.count * self._prefetch_at))
             self.fast_until = min(block.last, block.first + (used - 1) * block.step)
@@ -199,11 +206,11 @@ class Buffer:
             self.blocks.appendleft(Block(name, self.next, self.last, self.step, row))
         for first, last, step in reversed(taken):
             self.blocks.appendleft(Block(name, first, last, step, row))
-        self.next, self.last, self.fast_until = 1, 0, 0
+        self.next, self.last, self.fast_until, self.first = 1, 0, 0, 1
 
     def clear(self) -> None:
         """Forget every value in hand (settled)."""
-        self.next, self.last, self.fast_until = 1, 0, 0
+        self.next, self.last, self.fast_until, self.first = 1, 0, 0, 1
         self.blocks.clear()
 
     def unused_tail(self) -> Block | None:

@@ -186,6 +186,7 @@ class SequenceLock:
         self._loading = False
         self._closed = False
         self._demand = 1  # values the latest call that reached the slow path asked for
+        self._serving_since = 0.0  # when the current block began to be served (monotonic)
         self._worker: threading.Thread | None = None
         self._wake = threading.Event()
         self._tally = _Tally()
@@ -318,6 +319,7 @@ class SequenceLock:
                 taken.append(run)
                 continue
             if buffer.start_next():
+                self._serving_since = time.monotonic()
                 continue
             if not self._batch:
                 own = self._reserve_in_turn(n - len(out))
@@ -343,7 +345,8 @@ class SequenceLock:
         buffer = self._buffer
         if not buffer.past_prefetch_point():
             return
-        if self._backoff.waiting(time.monotonic()):
+        now = time.monotonic()
+        if self._backoff.waiting(now):
             return  # store failing: look again on a later call, after the back-off
         # Past the prefetch point: from here on serve fast until the block
         # ends, and wake the worker once if nothing is buffered or loading.
@@ -351,6 +354,7 @@ class SequenceLock:
         if buffer.blocks or self._loading or self._closed:
             return
         self._loading = True
+        self._sizer.serving(buffer.served(), now - self._serving_since)
         self._ensure_worker()
         self._wake.set()
 

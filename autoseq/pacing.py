@@ -82,6 +82,19 @@ class BlockSizer:
         if self.adaptive and self.size > self.ceiling:
             self.size = max(floor, self.ceiling // floor * floor)
 
+    def serving(self, served: int, seconds: float) -> None:
+        """Before a rate is measured, resize from ``served`` values of a block in ``seconds``.
+
+        The rate is measured between reservations, so the second block is
+        reserved before any is known and would stay at ``floor``: 100
+        values at 10,000 a second last 10 ms, less than one round trip to a
+        store that answers in 20 ms, and the switch from it waited on the
+        store even with prefetching. The pace of the first block, read at
+        its prefetch point, sizes the second one (16 times at most).
+        """
+        if self.rate is None and served > 0 and seconds > 0:
+            self._adapt(served / seconds)
+
     def reservation(self, shortfall: int, buffer_for: int = 0) -> int:
         """Whole blocks covering ``shortfall``, and ``buffer_for`` values if more.
 

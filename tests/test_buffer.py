@@ -164,6 +164,37 @@ def test_blocks_grow_at_most_sixteen_times_toward_block_seconds_of_the_rate() ->
     assert sizer.size == 2560
 
 
+def test_before_a_rate_is_measured_the_pace_of_the_first_block_sizes_the_next() -> None:
+    """serving(): 10 values in 1 ms grow the size (16x at most); once a rate is known, nothing."""
+    sizer = BlockSizer(100, adaptive=True, block_seconds=2.0, max_batch_count=None)
+    sizer.reserved(100, at=0.0)
+    sizer.serving(0, 0.001)
+    sizer.serving(10, 0.0)
+    assert sizer.size == 100  # nothing served, or no time passed: no pace to read
+    sizer.serving(10, 0.001)  # 10,000 values/s: wants 20,000
+    assert sizer.size == 1600
+    sizer.reserved(1600, at=0.02)
+    assert sizer.rate is not None
+    measured = sizer.size
+    sizer.serving(1000, 0.0001)
+    assert sizer.size == measured
+    fixed = BlockSizer(100, adaptive=False, block_seconds=2.0, max_batch_count=None)
+    fixed.serving(10, 0.001)
+    assert fixed.size == 1
+
+
+def test_served_counts_the_current_block_from_its_first_value() -> None:
+    """served() is how far the current block has been taken, in values; 0 after a switch."""
+    buffer = loaded(block(10, 30, 5), block(35, 40, 5))
+    buffer.start_next()
+    assert buffer.served() == 0
+    buffer.take(3)
+    assert buffer.served() == 3
+    buffer.take(10)
+    buffer.start_next()
+    assert buffer.served() == 0
+
+
 def test_blocks_shrink_at_most_to_a_quarter_and_never_below_the_floor() -> None:
     """A slow rate shrinks the size to a quarter per reservation, down to batch_count."""
     sizer = BlockSizer(10, adaptive=True, block_seconds=1.0, max_batch_count=5000)

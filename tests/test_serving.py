@@ -69,6 +69,24 @@ def test_double_buffer_keeps_callers_off_the_store() -> None:
     assert waits == 1
 
 
+def test_while_blocks_grow_only_the_switch_from_the_first_block_waits() -> None:
+    """Default sizes, 20 ms store, ~10,000 values/s: after the first block no call waits.
+
+    The first block of 100 lasts 10 ms, half a round trip, so the switch
+    from it waits on any design; the second is sized from the first's pace
+    (1,600 values, 160 ms), not left at 100, whose switch waited too.
+    """
+    lock, _store = make(SequenceConfig("grow", batch_count=100), delay=DELAY)
+    values = [lock.next()]
+    for _ in range(300):  # bursts of 10 a millisecond apart
+        values.extend(lock.next() for _ in range(10))
+        time.sleep(0.001)
+    waits = lock.stats()["caller_waits"]
+    lock.close()
+    assert values == list(range(1, 3002))
+    assert waits == 2  # the first block, and the switch from it
+
+
 def test_without_prefetch_the_block_switch_waits() -> None:
     """With prefetch off, the call that empties a block pays the store's delay."""
     lock, _ = make(
@@ -201,12 +219,11 @@ def test_prefetch_failure_is_signalled_and_retried() -> None:
 def test_blocks_are_sized_to_last_block_seconds_at_the_observed_rate() -> None:
     """A fast consumer's blocks grow (16x at most per step) to the ceiling; a slow one's shrink."""
     lock, _ = make(SequenceConfig("ad", batch_count=10), max_batch_count=5000, block_seconds=60.0)
-    sizes = []
-    for _ in range(20_000):
-        lock.next()
-        sizes.append(lock.stats()["block_size"])
+    with recording(signals.block_reserved) as reserved:
+        for _ in range(20_000):
+            lock.next()
     lock.close()
-    steps = sorted(set(sizes))
+    steps = sorted({event["count"] for event in reserved})
     assert steps[0] == 10
     assert steps[-1] == 5000
     assert all(b <= a * 16 for a, b in itertools.pairwise(steps))
