@@ -148,7 +148,7 @@ def test_stats_and_peek_follow_the_fast_path() -> None:
 
 @needs_gil
 def test_threads_piled_up_at_the_prefetch_point_of_a_huge_block_pass_at_once() -> None:
-    """8 threads waiting on the lock at a prefetch point of a 2**26 block all pass within 1 s.
+    """8 threads waiting on the lock at a prefetch point of a 2**26 block all pass within 2 s.
 
     The first re-arms the rest of the block; each of the others then settles
     that run before it takes its value, which walked 67 million values apiece
@@ -171,7 +171,7 @@ def test_threads_piled_up_at_the_prefetch_point_of_a_huge_block_pass_at_once() -
         thread.join(timeout=120)
     passed = time.perf_counter() - released
     assert sorted(got) == list(range(68, 76))
-    assert passed < 1.0
+    assert passed < 2.0  # a walk through the block took about 4 s apiece here
     lock.close()
 
 
@@ -179,7 +179,7 @@ def test_threads_piled_up_at_the_prefetch_point_of_a_huge_block_pass_at_once() -
 def test_sixteen_threads_on_huge_blocks_get_unique_increasing_values_without_a_stall(
     switch_often: None,
 ) -> None:
-    """16 threads on 2**26 blocks past a prefetch point: no value twice, no call over 1 s.
+    """16 threads on 2**26 blocks past a prefetch point: no value twice, no call over 2 s.
 
     Threads switching every 10 µs meet in the slow path at the prefetch
     point while the rest of the block is armed, as threads of a web server
@@ -205,6 +205,6 @@ def test_sixteen_threads_on_huge_blocks_get_unique_increasing_values_without_a_s
     every = [value for values in per_thread for value in values]
     assert len(every) == len(set(every)) == 80_000
     assert all(values == sorted(values) for values in per_thread)
-    assert lock.stats()["reservations"] == 2  # the first block and the prefetched one
-    assert max(slowest) < 1.0
-    lock.close()
+    assert max(slowest) < 2.0
+    lock.close()  # waits for the prefetch in flight
+    assert store.reservations == 2  # the first block, and the one its prefetch point asked for
