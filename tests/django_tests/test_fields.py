@@ -149,7 +149,12 @@ def test_sequences_live_in_the_database_written_to(backend: str) -> None:
 
 def test_many_small_blocks_in_one_reservation(backend: str, reservations: Reservations) -> None:
     """A bulk needing 15 blocks of 7 takes them in one reservation."""
+    from autoseq_django import sequences
+
+    # What earlier tests left in hand may cover the bulk: drop it, so the
+    # bulk must reserve.
+    sequences.forget(sequences.sequence_database(backend), "testapp_invoice")
     created = Invoice.objects.using(backend).bulk_create([Invoice() for _ in range(100)])
     ids = [invoice.pk for invoice in created]
     assert ids == list(range(ids[0], ids[0] + 100))
-    assert reservations.by_name["testapp_invoice"] <= 2
+    assert 1 <= reservations.by_name.get("testapp_invoice", 0) <= 2
