@@ -295,7 +295,7 @@ class SequenceLock:
                     if self._pid == os.getpid():
                         self._buffer.give_back(taken)
                     raise
-                self._maybe_prefetch()
+                self._maybe_prefetch(len(out))
                 self._arm()
         if forked:  # pragma: no cover - the at-fork hook resets first
             self._after_fork_in_child()
@@ -341,7 +341,8 @@ class SequenceLock:
             reason="timeout",
         )
 
-    def _maybe_prefetch(self) -> None:
+    def _maybe_prefetch(self, taken: int) -> None:
+        """Past the prefetch point, wake the worker; ``taken``: values this call took."""
         buffer = self._buffer
         if not buffer.past_prefetch_point():
             return
@@ -354,7 +355,9 @@ class SequenceLock:
         if buffer.blocks or self._loading or self._closed:
             return
         self._loading = True
-        self._sizer.serving(buffer.served(), now - self._serving_since)
+        # The pace of earlier calls only: one call's bulk, or the value of the
+        # call that started the block, says nothing about a rate.
+        self._sizer.serving(max(0, buffer.served() - taken), now - self._serving_since)
         self._ensure_worker()
         self._wake.set()
 

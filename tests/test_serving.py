@@ -87,6 +87,20 @@ def test_while_blocks_grow_only_the_switch_from_the_first_block_waits() -> None:
     assert waits == 2  # the first block, and the switch from it
 
 
+def test_a_bulk_past_the_prefetch_point_in_one_call_is_not_read_as_a_pace() -> None:
+    """Only earlier calls pace the second block: one bulk of 30 leaves it at 63 (blocks of 7)."""
+    lock, _store = make(SequenceConfig("bulkpace", batch_count=7))
+    with recording(signals.block_reserved) as reserved:
+        assert lock.next_many(30) == list(range(1, 31))
+        deadline = time.monotonic() + 10
+        while len(reserved) < 2 and time.monotonic() < deadline:
+            time.sleep(0.001)  # the prefetch is in flight
+    lock.close()
+    # Whole blocks covering two bulks of 30, both times; a bulk taken in
+    # microseconds read as a pace would have grown the second to 112.
+    assert [event["count"] for event in reserved] == [63, 63]
+
+
 def test_without_prefetch_the_block_switch_waits() -> None:
     """With prefetch off, the call that empties a block pays the store's delay."""
     lock, _ = make(
