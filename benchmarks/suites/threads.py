@@ -4,9 +4,10 @@ A threaded web server (gunicorn ``gthread``, a sync FastAPI endpoint,
 Django under a thread pool) calls ``next()`` of one sequence from many
 threads. Default settings, on a store that answers in 20 ms
 (``FlakyStore(MemoryStore(), delay=0.02)``), with blocks at their full
-size: the lock is first run at full speed until blocks reach the ceiling
-(2**24, rounded down to whole ``batch_count``), and before each trial it is
-moved, untimed, to :data:`LEAD` values before the end of its block. Each
+size: the lock is run at full speed, untimed, until its next block is at
+the ceiling (2**24, rounded down to whole ``batch_count``; blocks sized to
+last 2 s at the rate of many threads come out at 4-5 million), and moved
+to :data:`LEAD` values before the end of its block. Each
 trial then meets a block switch and, 1.68 million values later, the next
 block's prefetch point: the two moments where every thread falls into the
 slow path together, and where each one used to walk the rest of a block of
@@ -143,20 +144,29 @@ class Served:
             count -= chunk
 
     def position(self) -> int:
-        """Serve (untimed) until :data:`LEAD` values are left in the block; the next one's size.
+        """Serve (untimed) until :data:`LEAD` values are left and a full block is next.
 
-        The next block is then in hand (prefetched): the trial switches to
-        it without waiting on the store, as it would at full speed.
+        Blocks are sized to last 2 s at the rate of the latest trial, a few
+        million values a second from many threads, so between trials the
+        lock runs at full speed again until its next reservation is back at
+        the ceiling; the block the trial switches to is then a full one,
+        already in hand (prefetched), as it would be at full speed.
         """
-        left = self.lock.stats()["current_block_left"]
-        if left < LEAD:
-            self._advance(left + 1)  # into the next block
+        for _ in range(8):
+            while self.lock.stats()["block_size"] < TOP:
+                self.lock.next_many(1_000_000)
             left = self.lock.stats()["current_block_left"]
-        self._advance(left - LEAD)
-        deadline = time.monotonic() + 5.0
-        while self.lock.available() == LEAD and time.monotonic() < deadline:
-            time.sleep(0.005)  # the prefetch started at the prefetch point is in flight
-        return self.sizes[-1]
+            if left < LEAD:
+                self._advance(left + 1)  # into the next block
+                continue
+            self._advance(left - LEAD)
+            deadline = time.monotonic() + 5.0
+            while self.lock.available() == LEAD and time.monotonic() < deadline:
+                time.sleep(0.005)  # the prefetch started at the prefetch point is in flight
+            if self.sizes[-1] == TOP:
+                return TOP
+            self._advance(LEAD + 1)  # a smaller block is next: into it, and on
+        raise AssertionError(f"the next block stayed below {TOP:,} values")
 
     def trial(self, threads: int, n: int, switch: float | None) -> Sample:
         switch_to = self.position()
