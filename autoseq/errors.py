@@ -132,15 +132,18 @@ class InvalidSnowflakeConfig(AutoseqError, ValueError):
 class ClockMovedBackwards(AutoseqError):
     """The clock reads earlier than a timestamp this worker id already issued."""
 
-    def __init__(self, name: str, worker: int, behind_ms: int) -> None:
+    def __init__(self, name: str, worker: int, behind_ms: int, hint: str | None = None) -> None:
         self.name = name
         self.worker = worker
         self.behind_ms = behind_ms
         super().__init__(
             f"snowflake {name!r} worker {worker}: the clock is {behind_ms} ms behind the last "
             "timestamp issued on this worker id; refusing rather than risk a duplicate. "
-            "Fix the clock (NTP slewing, not stepping), or use on_clock_backwards='wait' "
-            "or 'borrow'"
+            + (
+                hint
+                or "Fix the clock (NTP slewing, not stepping), or use "
+                "on_clock_backwards='wait' or 'borrow'"
+            )
         )
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import os
 import socket
 import threading
@@ -28,14 +29,16 @@ from datetime import UTC, datetime
 from typing import Literal, NamedTuple
 
 from autoseq import _hooks, signals
+from autoseq.config import validate_name
 from autoseq.errors import (
     ClockMovedBackwards,
+    InvalidSequenceConfig,
     InvalidSnowflakeConfig,
     LeaseLost,
     StoreUnavailable,
     WorkersExhausted,
 )
-from autoseq.stores.base import check_count
+from autoseq.stores.base import check_many
 from autoseq.workers import WorkerLease, WorkerLeases, worker_leases
 
 log = logging.getLogger("autoseq")
@@ -87,6 +90,36 @@ def _check_bits(worker: object, sequence: object) -> tuple[int, int]:
     return worker_bits, sequence_bits
 
 
+def _number(label: str, value: object, low: float, high: float, unit: str = "seconds") -> float:
+    """``value`` as a float if it is a real number from ``low`` to ``high`` (a bool is not)."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or not low <= value <= high
+    ):
+        raise InvalidSnowflakeConfig(f"{label}={value!r}: give {unit} from {low:g} to {high:g}")
+    return float(value)
+
+
+def _check_clock(clock: object) -> Callable[[], float]:
+    """``clock`` if calling it gives seconds since 1970 as a number."""
+    reading = clock() if callable(clock) else None
+    if isinstance(reading, bool) or not isinstance(reading, int | float):
+        raise InvalidSnowflakeConfig(
+            f"clock={clock!r}: give a function returning seconds since 1970 as a float "
+            f"(like time.time); it gave {reading!r}"
+        )
+    return clock  # type: ignore[return-value]
+
+
+def _check_name(name: object) -> str:
+    try:
+        return validate_name(name)
+    except InvalidSequenceConfig as exc:
+        raise InvalidSnowflakeConfig(f"snowflake name: {exc}") from exc
+
+
 def decode(
     value: int,
     *,
@@ -112,14 +145,18 @@ class Snowflake:
     """A snowflake id generator whose worker id is leased from ``store``.
 
     ``name`` names the layout: generators sharing a name share its worker
-    ids, so they must share ``epoch`` and the bit widths too. ``lease_ttl``
-    (seconds) is how long a lease lives unrenewed; the heartbeat renews it
-    every third of that. ``on_clock_backwards`` says what happens when the
-    clock reads earlier than the last timestamp issued by more than
-    ``max_backwards_wait`` seconds (a smaller step is always waited out):
-    ``"wait"`` waits until it catches up, ``"fail"`` raises
-    :class:`ClockMovedBackwards`, ``"borrow"`` keeps issuing on the last
-    timestamp while its sequence lasts, then waits. ``clock`` returns
+    ids, so they must share ``epoch`` and the bit widths too; the lease
+    store records them on first use and refuses a generator with others.
+    ``lease_ttl`` (seconds) is how long a lease lives unrenewed; the
+    heartbeat renews it every third of that. ``on_clock_backwards`` says
+    what happens when the clock reads earlier than the last timestamp
+    issued by more than ``max_backwards_wait`` seconds (a smaller step is
+    always waited out): ``"wait"`` waits until it catches up, ``"fail"``
+    raises :class:`ClockMovedBackwards`, ``"borrow"`` keeps issuing on the
+    last timestamp while its sequence lasts, then waits; neither waits
+    longer than ``max_wait`` seconds: beyond it they raise
+    ClockMovedBackwards too (a clock far behind is a fault to fix, not a
+    day to sleep through). ``clock`` returns
     seconds since 1970 (injectable for tests). A warning and the
     ``snowflake_lifetime_low`` signal fire when fewer than ``warn_years``
     years of timestamp bits remain.
@@ -136,29 +173,29 @@ class Snowflake:
         lease_ttl: float = 30.0,
         on_clock_backwards: Policy = "wait",
         max_backwards_wait: float = 0.005,
+        max_wait: float = 60.0,
         clock: Callable[[], float] = time.time,
         warn_years: float = 10.0,
     ) -> None:
+        # every argument is checked before the lease is taken: nothing to give back
+        self.name = _check_name(name)
         self.worker_bits, self.sequence_bits = _check_bits(worker_bits, sequence_bits)
-        if on_clock_backwards not in POLICIES:
+        if not isinstance(on_clock_backwards, str) or on_clock_backwards not in POLICIES:
             raise InvalidSnowflakeConfig(
                 f"on_clock_backwards={on_clock_backwards!r}: give 'wait', 'fail' or 'borrow'"
             )
-        if not isinstance(lease_ttl, int | float) or not 0.05 <= lease_ttl <= 86_400:
-            raise InvalidSnowflakeConfig(
-                f"lease_ttl={lease_ttl!r}: give seconds from 0.05 to 86400"
-            )
-        if not isinstance(max_backwards_wait, int | float) or not 0 <= max_backwards_wait <= 60:
-            raise InvalidSnowflakeConfig(
-                f"max_backwards_wait={max_backwards_wait!r}: give seconds from 0 to 60"
-            )
-        self.name = name
+        self.lease_ttl = _number("lease_ttl", lease_ttl, 0.05, 86_400)
+        self.max_backwards_wait = _number("max_backwards_wait", max_backwards_wait, 0, 60)
+        self.max_wait = _number("max_wait", max_wait, self.max_backwards_wait, 86_400)
+        self.warn_years = _number("warn_years", warn_years, 0, 10_000, "years")
         self.epoch_ms = _epoch_ms(epoch)
-        self.lease_ttl = float(lease_ttl)
         self.on_clock_backwards = on_clock_backwards
-        self.max_backwards_wait = float(max_backwards_wait)
-        self.warn_years = warn_years
-        self.clock = clock
+        self.clock = _check_clock(clock)
+        #: what the lease store records for ``name``: generators of one name share it
+        self.layout = (
+            f"epoch_ms={self.epoch_ms} worker_bits={self.worker_bits} "
+            f"sequence_bits={self.sequence_bits}"
+        )
         self._ns: Callable[[], int] = (
             time.time_ns if clock is time.time else (lambda: int(clock() * 1_000_000_000))
         )
@@ -179,6 +216,9 @@ class Snowflake:
             )
         self._leases: WorkerLeases = worker_leases(store)
         self.store = store
+        self._lifetime_checked = 0.0
+        # before the lease: a warning turned into an error (-W error) leaves nothing held
+        self._check_lifetime()
         self._lock = threading.Lock()
         # (the current millisecond's ids, the last id it may issue, that
         # millisecond): replaced whole, so a reader never mixes two of them
@@ -192,11 +232,14 @@ class Snowflake:
         self._stop = threading.Event()
         self._heartbeat: threading.Thread | None = None
         self._renewed_mono = 0.0
-        self._lifetime_checked = 0.0
-        with self._lock:
-            self._take_lease_now()
-        self._check_lifetime()
-        _live.add(self)
+        self._ready_ms = 0  # issue above this: a fresh lease table's grace (see workers)
+        try:
+            with self._lock:
+                self._take_lease_now()
+            _live.add(self)
+        except BaseException:
+            self.close()  # give back whatever was taken; close() tolerates no lease
+            raise
 
     # public ----------------------------------------------------------------
 
@@ -216,7 +259,7 @@ class Snowflake:
 
     def next_many(self, n: int) -> list[int]:
         """``n`` ids in increasing order (several per millisecond at once)."""
-        check_count(n, "generate")
+        check_many(n)
         out: list[int] = []
         with self._lock:
             while len(out) < n:
@@ -291,6 +334,18 @@ class Snowflake:
         warned = False
         while True:
             ids, cap, last = self._state
+            if self._ready_ms and ts >= self._ready_ms:
+                self._ready_ms = 0
+            if self._lease is not None and ts < self._ready_ms:
+                # A fresh lease table's grace: a holder of the old table may
+                # issue timestamps up to ready_ms, so this one issues above it
+                # at once, moving on a millisecond when its sequence runs out.
+                ts = max(self._ready_ms, last)
+                if ts == last:
+                    value = next(ids)
+                    if value <= cap:
+                        return value
+                    ts = last + 1
             if self._lease is None:
                 if self._closed or self._pid == os.getpid():
                     raise LeaseLost(self.name, None, self._lost)
@@ -312,6 +367,8 @@ class Snowflake:
                         f"snowflake {self.name!r}: the timestamp bits ran out at "
                         f"{self.max_timestamp_ms} ms; move to a layout with a later epoch"
                     )
+                if self._renew_now(ts):
+                    continue  # the clock stepped forward past the lease: extended at once
                 self._lose(
                     self._lease,
                     f"its lease expired at {self._limit} ms before the heartbeat could "
@@ -319,8 +376,8 @@ class Snowflake:
                 )
                 continue
             behind = last - ts
-            if behind > self.max_backwards_wait * 1000 and self.on_clock_backwards == "fail":
-                raise ClockMovedBackwards(self.name, self.worker_id or 0, behind)
+            if behind > self._longest_wait_ms:
+                raise self._too_far_behind(self.worker_id or 0, behind)
             if behind > self.max_backwards_wait * 1000 and not warned:
                 warned = True
                 log.warning(
@@ -331,6 +388,58 @@ class Snowflake:
             # sequence used up (behind == 0) or clock behind: wait, lock released
             self._pause(min(max(behind, 0) / 1000 + 0.0001, 0.05))
             ts = self._ns() // 1_000_000
+
+    @property
+    def _longest_wait_ms(self) -> float:
+        """How far behind the clock may be and still be waited out under the policy."""
+        if self.on_clock_backwards == "fail":
+            return self.max_backwards_wait * 1000
+        return self.max_wait * 1000
+
+    def _too_far_behind(self, worker: int, behind: int) -> ClockMovedBackwards:
+        if self.on_clock_backwards == "fail":
+            return ClockMovedBackwards(self.name, worker, behind)
+        return ClockMovedBackwards(
+            self.name,
+            worker,
+            behind,
+            f"That is longer than max_wait={self.max_wait:g}s, the most "
+            f"on_clock_backwards={self.on_clock_backwards!r} waits. Fix the clock; a worker "
+            "id last used by a clock far ahead is taken only when no other is free "
+            "(see `autoseq workers`)",
+        )
+
+    def _renew_now(self, ts: int) -> bool:
+        """Renew the lease from the caller's thread (lock held); False when that failed.
+
+        A clock stepped forward past the lease's expiry, while the lease was
+        confirmed under 2/3 of ``lease_ttl`` ago by the monotonic clock, is no
+        reason to refuse calls until the next heartbeat: the store says at
+        once whether the lease is still ours, and a renewal confirms it.
+        """
+        lease = self._lease
+        sent = time.monotonic()
+        if lease is None or sent - self._renewed_mono >= self.lease_ttl * 2 / 3:
+            # Not a step: a healthy heartbeat confirms every third of lease_ttl,
+            # so this one is failing; stop as the store expects, not wait on it.
+            return False
+        try:
+            renewed = self._leases.renew_worker(lease, ts, self._ttl_ms, self._state[2])
+        except StoreUnavailable as exc:
+            log.warning("autoseq: snowflake %r renewal failed: %s", self.name, exc)
+            return False
+        if renewed is None:
+            self._lose(lease, "its lease row is gone or another generator took it over")
+            return False
+        self._confirm(lease, renewed, sent)
+        return True
+
+    def _confirm(self, lease: WorkerLease, renewed: WorkerLease, sent: float) -> None:
+        """Issue up to ``renewed``'s expiry, if ``lease`` is still the one held (lock held)."""
+        if self._lease is lease:
+            self._lease = renewed
+            self._limit = min(renewed.expires_ms, self.max_timestamp_ms + 1)
+            self._renewed_mono = sent
 
     def _pause(self, seconds: float) -> None:
         self._lock.release()
@@ -349,12 +458,7 @@ class Snowflake:
         lease = self._acquire()
         if lease is None:
             raise WorkersExhausted(self.name, self._worker_count)
-        behind = lease.floor_ms - self._ns() // 1_000_000
-        if self.on_clock_backwards == "fail" and behind > self.max_backwards_wait * 1000:
-            try:
-                self._leases.release_worker(lease, lease.floor_ms)
-            finally:
-                raise ClockMovedBackwards(self.name, lease.worker, behind)
+        self._refuse_far_ahead(lease)
         self._install(lease)
         # only now: a child whose acquisition failed tries again on its next call
         self._pid = os.getpid()
@@ -364,10 +468,45 @@ class Snowflake:
         )
         self._heartbeat.start()
 
+    def _refuse_far_ahead(self, lease: WorkerLease) -> None:
+        """Give ``lease`` back and raise if its timestamps start further ahead than may be waited.
+
+        Free ids not ahead of the clock are taken first, so this is a worker
+        id whose last holder's clock ran ahead, with no better one free.
+        """
+        behind = lease.floor_ms - self._ns() // 1_000_000
+        if behind > self._longest_wait_ms:
+            try:
+                self._leases.release_worker(lease, lease.floor_ms)
+            finally:
+                raise self._too_far_behind(lease.worker, behind)
+
+    def _claim_layout(self) -> None:
+        """Record this layout for the name, or refuse if the store holds another one."""
+        recorded = self._leases.claim_layout(
+            self.name, self.layout, self._ns() // 1_000_000, self._ttl_ms
+        )
+        if recorded.owner != self.layout:
+            raise InvalidSnowflakeConfig(
+                f"snowflake {self.name!r} is recorded with layout {recorded.owner!r}, this "
+                f"generator has {self.layout!r}: their ids would collide. Give the recorded "
+                "epoch and bit widths, or a new name for the new layout"
+            )
+        now = self._ns() // 1_000_000
+        # A grace still to come; once past it, a clock behind is a clock fault
+        # again. One lease_ttl from now covers every older holder (the row is
+        # not newer than now), so a row written by a clock far ahead is capped.
+        ready = min(recorded.expires_ms, now + self._ttl_ms)
+        self._ready_ms = ready if ready > now else 0
+
     def _acquire(self) -> WorkerLease | None:
         started = time.monotonic()
+        self._claim_layout()
+        now = self._ns() // 1_000_000
+        # in a grace the lease must outlast the timestamps issued above ready_ms
+        ttl_ms = self._ttl_ms + max(self._ready_ms - now, 0)
         lease = self._leases.acquire_worker(
-            self.name, self._owner(), self._worker_count, self._ns() // 1_000_000, self._ttl_ms
+            self.name, self._owner(), self._worker_count, now, ttl_ms
         )
         if lease is not None:
             self._renewed_mono = started
@@ -387,7 +526,7 @@ class Snowflake:
         # Strictly above the floor and every id of this process: a new worker
         # id at an old timestamp could sort below ids already issued.
         ids, _, last = self._state
-        self._state = (ids, -1, max(last, lease.floor_ms))
+        self._state = (ids, -1, max(last, lease.floor_ms, self._ready_ms - 1))
         self._limit = min(lease.expires_ms, self.max_timestamp_ms + 1)
 
     def _revoke(self) -> None:
@@ -418,7 +557,7 @@ class Snowflake:
                 if lease is None:
                     if self._closed:
                         return
-                    fresh = self._acquire()
+                    fresh = self._reacquire()
                     if fresh is not None:
                         with self._lock:
                             if self._closed:
@@ -440,12 +579,28 @@ class Snowflake:
                 continue
             with self._lock:
                 if renewed is None:
-                    self._lose(lease, "another generator took its worker id over")
-                elif self._lease is lease:
-                    self._lease = renewed
-                    self._limit = min(renewed.expires_ms, self.max_timestamp_ms + 1)
-                    self._renewed_mono = sent
+                    self._lose(lease, "its lease row is gone or another generator took it over")
+                else:
+                    self._confirm(lease, renewed, sent)
             self._check_lifetime()
+
+    def _reacquire(self) -> WorkerLease | None:
+        """A new lease for the heartbeat, or None (the reason kept for ``next()`` to raise)."""
+        try:
+            fresh = self._acquire()
+        except (InvalidSnowflakeConfig, ClockMovedBackwards) as exc:
+            # the store records another layout now, say: keep refusing, keep looking
+            self._lost = str(exc)
+            return None
+        if fresh is None:
+            self._lost = str(WorkersExhausted(self.name, self._worker_count))
+        return fresh
+
+    def _end_date(self) -> str:
+        try:
+            return f"{datetime.fromtimestamp(self.max_timestamp_ms / 1000, UTC):%Y-%m-%d}"
+        except (ValueError, OverflowError, OSError):
+            return "past the year 9999"  # a datetime stops there; the bits do not
 
     def _check_lifetime(self) -> None:
         now = time.monotonic()
@@ -456,8 +611,7 @@ class Snowflake:
         if left < self.warn_years:
             message = (
                 f"snowflake {self.name!r}: {left:.1f} years of timestamp bits left "
-                f"(until {datetime.fromtimestamp(self.max_timestamp_ms / 1000, UTC):%Y-%m-%d}); "
-                "plan a layout with a later epoch"
+                f"(until {self._end_date()}); plan a layout with a later epoch"
             )
             warnings.warn(message, RuntimeWarning, stacklevel=3)
             signals.snowflake_lifetime_low.send(

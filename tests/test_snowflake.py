@@ -15,6 +15,7 @@ from autoseq import signals
 from autoseq.errors import (
     AutoseqError,
     ClockMovedBackwards,
+    InvalidCount,
     InvalidSnowflakeConfig,
     LeaseLost,
     WorkersExhausted,
@@ -104,13 +105,43 @@ def test_decode_refuses_what_is_no_id(value: Any) -> None:
         ({"max_backwards_wait": -1}, "max_backwards_wait=-1"),
         ({"epoch": datetime(2030, 1, 1)}, "no time zone"),
         ({"epoch": datetime(2999, 1, 1, tzinfo=UTC)}, "not in the past"),
+        ({"lease_ttl": True}, "lease_ttl=True"),
+        ({"lease_ttl": float("nan")}, "lease_ttl=nan"),
+        ({"max_backwards_wait": True}, "max_backwards_wait=True"),
+        ({"max_wait": True}, "max_wait=True"),
+        ({"max_wait": 0.001}, "max_wait=0.001: give seconds from 0.005"),
+        ({"clock": None}, "clock=None: give a function"),
+        ({"clock": lambda: None}, "it gave None"),
+        ({"warn_years": "10"}, "warn_years='10': give years"),
+        ({"warn_years": True}, "warn_years=True"),
+        ({"warn_years": -1}, "warn_years=-1"),
+        ({"on_clock_backwards": ["wait"]}, "'wait', 'fail' or 'borrow'"),
+        ({"name": ""}, "snowflake name"),
+        ({"name": 7}, "snowflake name"),
     ],
 )
 def test_bad_settings_are_refused(store: MemoryStore, kwargs: dict[str, Any], message: str) -> None:
-    """Each setting out of range raises InvalidSnowflakeConfig naming it and what to give."""
+    """Each setting out of range raises InvalidSnowflakeConfig naming it; no lease is written."""
     with pytest.raises(InvalidSnowflakeConfig, match=message):
         Snowflake(store, **kwargs)
     assert issubclass(InvalidSnowflakeConfig, AutoseqError)
+    assert worker_leases(store).list_workers() == []
+    assert not [t for t in threading.enumerate() if t.name.startswith("autoseq-snowflake")]
+
+
+@pytest.mark.parametrize(
+    ("count", "message"), [(10**12, "at most 10,000,000"), (-1, "0 or more"), (True, "True")]
+)
+def test_next_many_takes_the_counts_sequence_locks_take(
+    store: MemoryStore, count: Any, message: str
+) -> None:
+    """next_many refuses what SequenceLock.next_many refuses, at once; 0 gives an empty list."""
+    with make(store) as gen:
+        started = time.monotonic()
+        with pytest.raises(InvalidCount, match=message):
+            gen.next_many(count)
+        assert time.monotonic() - started < 1
+        assert gen.next_many(0) == []
 
 
 def test_threads_share_one_generator_without_duplicates(store: MemoryStore) -> None:
@@ -351,7 +382,7 @@ def test_a_lease_taken_over_stops_generation_then_a_new_one_is_taken(store: Memo
                     gen.next()
                 time.sleep(0.01)
             assert lost
-            assert lost[0]["reason"] == "another generator took its worker id over"
+            assert lost[0]["reason"] == "its lease row is gone or another generator took it over"
             resumed = None
             while resumed is None and time.monotonic() < deadline:
                 try:

@@ -15,6 +15,17 @@ ids. A holder issues only timestamps below the ``expires_ms`` it wrote, and
 a new owner starts above ``max(last_ms, expires_ms)`` of the row it took
 (its ``floor_ms``): the two ranges of timestamps never meet, so takeover
 cannot repeat an id even when the machines' clocks disagree.
+
+Each name also has one *layout row*, worker id ``LAYOUT_ROW`` (-1): its
+``owner`` holds the layout (epoch and bit widths), so generators of one name
+cannot disagree on where the worker id sits in an id, and its
+``expires_ms`` the time before which no lease of the name may issue. The row
+is inserted if absent, atomically, so of two generators starting at once
+with different layouts one records its own and the other is refused. A
+fresh layout row is ready only one lease TTL after it was written: when the
+table (collection, hash) was dropped and made again under a live holder,
+that holder notices at its next heartbeat, or stops at its lease's expiry
+at the latest, before anyone issues on the new table.
 """
 
 from __future__ import annotations
@@ -54,6 +65,15 @@ class WorkerLease:
         return max(self.last_ms, self.expires_ms)
 
 
+#: The worker id of a name's layout row (leases count from 0).
+LAYOUT_ROW = -1
+
+
+def layout_row(name: str, layout: str, now_ms: int, wait_ms: int) -> WorkerLease:
+    """A new layout row: ``layout`` recorded at ``now_ms``, ready ``wait_ms`` later."""
+    return WorkerLease(name, LAYOUT_ROW, layout, now_ms + wait_ms, now_ms, 0)
+
+
 @runtime_checkable
 class WorkerLeases(Protocol):
     """Lease operations on one store's ``sys_worker``; every write is a compare-and-set.
@@ -67,7 +87,12 @@ class WorkerLeases(Protocol):
       recording ``last_ms``; None when the row has another owner now.
     * ``release_worker(lease, last_ms)`` frees the row if still held, leaving
       ``last_ms`` for the next owner; returns whether it did.
-    * ``list_workers(name=None)`` every row (of one layout), by name and id.
+    * ``claim_layout(name, layout, now_ms, wait_ms)`` records ``layout`` as
+      ``name``'s unless a layout is recorded already (atomically: of two
+      claims at once one wins) and returns the recorded layout row (see
+      :func:`layout_row`); a row it writes is ready ``wait_ms`` after ``now_ms``.
+    * ``list_workers(name=None)`` every lease row (of one name), by name and
+      id; layout rows are left out.
     * Driver errors raise ``StoreUnavailable``.
     """
 
@@ -81,12 +106,25 @@ class WorkerLeases(Protocol):
 
     def release_worker(self, lease: WorkerLease, last_ms: int) -> bool: ...
 
+    def claim_layout(self, name: str, layout: str, now_ms: int, wait_ms: int) -> WorkerLease: ...
+
     def list_workers(self, name: str | None = None) -> list[WorkerLease]: ...
 
 
 def candidates(rows: dict[int, WorkerLease], count: int, now_ms: int) -> list[int]:
-    """Worker ids worth trying, lowest first: missing rows and free ones."""
-    return [w for w in range(count) if w not in rows or rows[w].free_at(now_ms)]
+    """Worker ids worth trying: missing and free rows, lowest first, ahead of the clock last.
+
+    A free row whose high water is in the future was used by a clock running
+    ahead; its next owner would have to wait until then, so any other free
+    id is better, and among those ahead the one that frees up first.
+    """
+    free = [w for w in range(count) if w not in rows or rows[w].free_at(now_ms)]
+
+    def ahead(worker: int) -> int:
+        row = rows.get(worker)
+        return 0 if row is None else max(row.high_water_ms - now_ms, 0)
+
+    return sorted(free, key=lambda w: (ahead(w), w))
 
 
 def taken(
@@ -112,12 +150,11 @@ class MemoryWorkers:
     ) -> WorkerLease | None:
         validate_name(name)
         with self._lock:
-            for worker in range(count):
-                row = self._rows.get((name, worker))
-                if row is None or row.free_at(now_ms):
-                    lease = taken(row, name, worker, owner, now_ms + ttl_ms)
-                    self._rows[name, worker] = replace(lease, floor_ms=0)
-                    return lease
+            rows = {w: r for (n, w), r in self._rows.items() if n == name}
+            for worker in candidates(rows, count, now_ms)[:1]:
+                lease = taken(rows.get(worker), name, worker, owner, now_ms + ttl_ms)
+                self._rows[name, worker] = replace(lease, floor_ms=0)
+                return lease
         return None
 
     def renew_worker(
@@ -147,9 +184,19 @@ class MemoryWorkers:
             )
             return True
 
+    def claim_layout(self, name: str, layout: str, now_ms: int, wait_ms: int) -> WorkerLease:
+        validate_name(name)
+        with self._lock:
+            # the dict lives and dies with its holders: no older holder, no grace
+            return self._rows.setdefault((name, LAYOUT_ROW), layout_row(name, layout, 0, 0))
+
     def list_workers(self, name: str | None = None) -> list[WorkerLease]:
         with self._lock:
-            rows = [r for r in self._rows.values() if name is None or r.name == name]
+            rows = [
+                r
+                for r in self._rows.values()
+                if (name is None or r.name == name) and r.worker != LAYOUT_ROW
+            ]
         return sorted(rows, key=lambda r: (r.name, r.worker))
 
     def after_fork(self) -> None:
@@ -197,4 +244,12 @@ def worker_leases(store: Any) -> WorkerLeases:
     return adapter
 
 
-__all__ = ["MemoryWorkers", "WorkerLease", "WorkerLeases", "candidates", "worker_leases"]
+__all__ = [
+    "LAYOUT_ROW",
+    "MemoryWorkers",
+    "WorkerLease",
+    "WorkerLeases",
+    "candidates",
+    "layout_row",
+    "worker_leases",
+]

@@ -16,7 +16,7 @@ from pymongo.errors import DuplicateKeyError
 
 from autoseq.config import validate_name
 from autoseq.stores.mongo import MongoStore
-from autoseq.workers import WorkerLease, candidates, taken
+from autoseq.workers import LAYOUT_ROW, WorkerLease, candidates, layout_row, taken
 
 if TYPE_CHECKING:
     from pymongo.collection import Collection
@@ -54,7 +54,8 @@ class MongoWorkers:
 
         def attempt() -> WorkerLease | bool | None:
             collection = self.collection
-            rows = {r.worker: r for r in map(_lease, collection.find({"name": name}))}
+            query = {"name": name, "worker": {"$ne": LAYOUT_ROW}}
+            rows = {r.worker: r for r in map(_lease, collection.find(query))}
             free = candidates(rows, count, now_ms)
             if not free:
                 return None
@@ -97,28 +98,58 @@ class MongoWorkers:
     ) -> WorkerLease | None:
         expires = max(now_ms + ttl_ms, lease.expires_ms)
         last = max(last_ms, lease.last_ms)
-        doc = self._write(lease, {"expires_ms": expires, "last_ms": last}, "renewing")
+        # $max: a renewal sent later may already have extended it
+        doc = self._write(lease, {"$max": {"expires_ms": expires, "last_ms": last}}, "renewing")
         return None if doc is None else _lease(doc)
 
     def release_worker(self, lease: WorkerLease, last_ms: int) -> bool:
         last = max(last_ms, lease.last_ms)
         fields = {"owner": None, "expires_ms": last, "last_ms": last}
-        return self._write(lease, fields, "releasing") is not None
+        return self._write(lease, {"$set": fields}, "releasing") is not None
 
     def _write(
-        self, lease: WorkerLease, fields: dict[str, Any], what: str
+        self, lease: WorkerLease, update: dict[str, Any], what: str
     ) -> dict[str, Any] | None:
         def write() -> dict[str, Any] | None:
             return self.collection.find_one_and_update(
                 {"_id": _id(lease.name, lease.worker), "owner": lease.owner},
-                {"$set": fields, "$inc": {"version": 1}},
+                {**update, "$inc": {"version": 1}},
                 return_document=ReturnDocument.AFTER,
             )
 
         return self.store._run("lease", f"{what} worker {lease.worker}", lease.name, write)
 
+    def claim_layout(self, name: str, layout: str, now_ms: int, wait_ms: int) -> WorkerLease:
+        validate_name(name)
+        fresh = layout_row(name, layout, now_ms, wait_ms)
+
+        fields = _document(fresh)
+        del fields["_id"]
+
+        def claim() -> dict[str, Any] | None:
+            try:
+                return self.collection.find_one_and_update(
+                    {"_id": _id(name, LAYOUT_ROW)},
+                    {"$setOnInsert": fields},
+                    upsert=True,
+                    return_document=ReturnDocument.AFTER,
+                )
+            except DuplicateKeyError:
+                return None  # two upserts at once: the loser reads the winner's
+
+        what = f"recording the layout of snowflake {name!r}"
+        for _ in range(3):
+            doc = self.store._run("lease", what, name, claim)
+            if doc is not None:
+                return _lease(doc)
+        raise self.store._translate(
+            RuntimeError("concurrent upserts kept failing"), "lease", what, name
+        )
+
     def list_workers(self, name: str | None = None) -> list[WorkerLease]:
-        query = {} if name is None else {"name": name}
+        query: dict[str, Any] = {"worker": {"$ne": LAYOUT_ROW}}
+        if name is not None:
+            query["name"] = name
         docs = self.store._run(
             "lease", "listing worker leases", name, lambda: list(self.collection.find(query))
         )
@@ -127,6 +158,18 @@ class MongoWorkers:
 
 def _id(name: str, worker: int) -> str:
     return f"{worker}@{name}"
+
+
+def _document(row: WorkerLease) -> dict[str, Any]:
+    return {
+        "_id": _id(row.name, row.worker),
+        "name": row.name,
+        "worker": row.worker,
+        "owner": row.owner,
+        "expires_ms": row.expires_ms,
+        "last_ms": row.last_ms,
+        "version": row.version,
+    }
 
 
 def _lease(doc: dict[str, Any]) -> WorkerLease:

@@ -17,7 +17,7 @@ import redis
 from autoseq.config import validate_name
 from autoseq.errors import StoreUnavailable
 from autoseq.stores.redis import RedisStore
-from autoseq.workers import WorkerLease
+from autoseq.workers import LAYOUT_ROW, WorkerLease, layout_row
 
 _PARSE = """
 local function parse(v)
@@ -27,27 +27,49 @@ end
 """
 
 # ARGV: owner, count, now_ms, expires_ms. Reply: {worker, old expires, old last, version}.
+# The lowest free id whose high water is not ahead of now_ms, else the free
+# one ahead by the least (a clock that ran ahead used it).
 _ACQUIRE = (
     _PARSE
     + """
 local now = tonumber(ARGV[3])
+local pick, pick_ahead, pick_v = nil, nil, nil
 for w = 0, tonumber(ARGV[2]) - 1 do
-  local field = tostring(w)
-  local v = redis.call('HGET', KEYS[1], field)
+  local v = redis.call('HGET', KEYS[1], tostring(w))
+  local ahead = nil
   if not v then
-    redis.call('HSET', KEYS[1], field, ARGV[4] .. ' 0 1 ' .. ARGV[1])
-    return {w, '0', '0', '1'}
+    ahead = 0
+  else
+    local e, l, ver, o = parse(v)
+    if e and (o == '' or tonumber(e) < now) then
+      ahead = math.max(math.max(tonumber(e), tonumber(l)) - now, 0)
+    end
   end
-  local e, l, ver, o = parse(v)
-  if e and (o == '' or tonumber(e) < now) then
-    local version = tostring(tonumber(ver) + 1)
-    redis.call('HSET', KEYS[1], field, ARGV[4] .. ' ' .. l .. ' ' .. version .. ' ' .. ARGV[1])
-    return {w, e, l, version}
+  if ahead and (not pick_ahead or ahead < pick_ahead) then
+    pick, pick_ahead, pick_v = w, ahead, v
   end
+  if pick_ahead == 0 then break end
 end
-return false
+if not pick then return false end
+local field = tostring(pick)
+if not pick_v then
+  redis.call('HSET', KEYS[1], field, ARGV[4] .. ' 0 1 ' .. ARGV[1])
+  return {pick, '0', '0', '1'}
+end
+local e, l, ver, o = parse(pick_v)
+local version = tostring(tonumber(ver) + 1)
+redis.call('HSET', KEYS[1], field, ARGV[4] .. ' ' .. l .. ' ' .. version .. ' ' .. ARGV[1])
+return {pick, e, l, version}
 """
 )
+
+# ARGV: the layout row as written if none is. Reply: the row recorded.
+_CLAIM = """
+local v = redis.call('HGET', KEYS[1], ARGV[1])
+if v then return v end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+return ARGV[2]
+"""
 
 # ARGV: worker, owner, expires_ms, last_ms, '1' to release. Reply: the new version or false.
 _WRITE = (
@@ -58,9 +80,15 @@ if not v then return false end
 local e, l, ver, o = parse(v)
 if not e or o ~= ARGV[2] then return false end
 local version = tostring(tonumber(ver) + 1)
-local owner = ARGV[2]
-if ARGV[5] == '1' then owner = '' end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[3] .. ' ' .. ARGV[4] .. ' ' .. version .. ' ' .. owner)
+local owner, expires, last = ARGV[2], ARGV[3], ARGV[4]
+if ARGV[5] == '1' then
+  owner = ''
+else
+  -- never shortened: a renewal sent later may already have extended it
+  if tonumber(e) > tonumber(expires) then expires = e end
+  if tonumber(l) > tonumber(last) then last = l end
+end
+redis.call('HSET', KEYS[1], ARGV[1], expires .. ' ' .. last .. ' ' .. version .. ' ' .. owner)
 return version
 """
 )
@@ -73,6 +101,7 @@ class RedisWorkers:
         self.store = store
         self._acquire = store.client.register_script(_ACQUIRE)
         self._write = store.client.register_script(_WRITE)
+        self._claim = store.client.register_script(_CLAIM)
 
     def key(self, name: str) -> str:
         """The hash holding layout ``name``'s leases."""
@@ -134,6 +163,17 @@ class RedisWorkers:
         )
         return bool(version)
 
+    def claim_layout(self, name: str, layout: str, now_ms: int, wait_ms: int) -> WorkerLease:
+        fresh = layout_row(name, layout, now_ms, wait_ms)
+        recorded = self._call(
+            self._claim,
+            [self.key(name)],
+            [LAYOUT_ROW, _text(fresh)],
+            f"recording the layout of snowflake {name!r}",
+            name,
+        )
+        return _row(name, LAYOUT_ROW, recorded)
+
     def list_workers(self, name: str | None = None) -> list[WorkerLease]:
         client = self.store.client
         try:
@@ -146,16 +186,21 @@ class RedisWorkers:
                 key_text = key.decode() if isinstance(key, bytes) else key
                 layout = _unquote(key_text.split(":worker:", 1)[1])
                 for field, value in client.hgetall(key).items():
-                    text = value.decode() if isinstance(value, bytes) else value
-                    expires, last, version, owner = text.split(" ", 3)
-                    rows.append(
-                        WorkerLease(
-                            layout, int(field), owner or None, int(expires), int(last), int(version)
-                        )
-                    )
+                    if int(field) != LAYOUT_ROW:
+                        rows.append(_row(layout, int(field), value))
         except redis.RedisError as exc:
             raise self._fail(exc, "listing worker leases", name) from exc
         return sorted(rows, key=lambda r: (r.name, r.worker))
+
+
+def _text(row: WorkerLease) -> str:
+    return f"{row.expires_ms} {row.last_ms} {row.version} {row.owner or ''}"
+
+
+def _row(name: str, worker: int, value: str | bytes) -> WorkerLease:
+    text = value.decode() if isinstance(value, bytes) else value
+    expires, last, version, owner = text.split(" ", 3)
+    return WorkerLease(name, worker, owner or None, int(expires), int(last), int(version))
 
 
 def _unquote(text: str) -> str:

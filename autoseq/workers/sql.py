@@ -16,7 +16,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 from autoseq.config import validate_name
 from autoseq.errors import StoreUnavailable
 from autoseq.stores.sql import SQLStore, make_names_binary, name_type
-from autoseq.workers import WorkerLease, candidates, taken
+from autoseq.workers import LAYOUT_ROW, WorkerLease, candidates, layout_row, taken
 
 
 def worker_table_name(sequence_table: str) -> str:
@@ -79,7 +79,7 @@ class SQLWorkers:
 
     def _read(self, connection: Any, name: str | None) -> list[WorkerLease]:
         t = self.table
-        query = sa.select(t).order_by(t.c.name, t.c.worker)
+        query = sa.select(t).where(t.c.worker != LAYOUT_ROW).order_by(t.c.name, t.c.worker)
         if name is not None:
             query = query.where(t.c.name == name)
         return [_lease(row) for row in connection.execute(query).mappings()]
@@ -140,7 +140,14 @@ class SQLWorkers:
                     sa.update(t)
                     .where(t.c.name == lease.name, t.c.worker == lease.worker)
                     .where(t.c.owner == lease.owner)
-                    .values(expires_ms=expires, last_ms=last, version=t.c.version + 1)
+                    .values(
+                        # never shortened: a renewal sent later may already have extended it
+                        expires_ms=sa.case(
+                            (t.c.expires_ms > expires, t.c.expires_ms), else_=expires
+                        ),
+                        last_ms=sa.case((t.c.last_ms > last, t.c.last_ms), else_=last),
+                        version=t.c.version + 1,
+                    )
                 )
         except DBAPIError as exc:
             raise self._fail(exc, f"renewing worker {lease.worker}", lease.name) from exc
@@ -162,6 +169,42 @@ class SQLWorkers:
         except DBAPIError as exc:
             raise self._fail(exc, f"releasing worker {lease.worker}", lease.name) from exc
         return result.rowcount == 1
+
+    def claim_layout(self, name: str, layout: str, now_ms: int, wait_ms: int) -> WorkerLease:
+        validate_name(name)
+        if not self._ready:
+            self.create_table()
+        t = self.table
+        fresh = layout_row(name, layout, now_ms, wait_ms)
+        try:
+            for _ in range(3):
+                with self.store._connection() as connection:
+                    found = connection.execute(
+                        sa.select(t).where(t.c.name == name, t.c.worker == LAYOUT_ROW)
+                    ).mappings()
+                    for row in found:
+                        return _lease(row)
+                try:
+                    with self.store._transaction() as connection:
+                        connection.execute(
+                            sa.insert(t).values(
+                                name=name,
+                                worker=LAYOUT_ROW,
+                                owner=layout,
+                                expires_ms=fresh.expires_ms,
+                                last_ms=fresh.last_ms,
+                                version=fresh.version,
+                            )
+                        )
+                except IntegrityError:
+                    continue  # another generator recorded its layout first: read it
+                return fresh
+        except DBAPIError as exc:
+            self._ready = False  # the table may have been dropped: make it again next time
+            raise self._fail(exc, f"recording the layout of snowflake {name!r}", name) from exc
+        raise self._fail(
+            RuntimeError("the layout row kept vanishing"), "recording the layout", name
+        )
 
     def list_workers(self, name: str | None = None) -> list[WorkerLease]:
         try:

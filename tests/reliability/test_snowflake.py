@@ -6,7 +6,9 @@ import contextlib
 import itertools
 import os
 import subprocess
+import threading
 import time
+import warnings
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,10 +16,18 @@ from typing import Any
 
 import pytest
 
-from autoseq.errors import ClockMovedBackwards, LeaseLost, StoreUnavailable, WorkersExhausted
+from autoseq.errors import (
+    ClockMovedBackwards,
+    InvalidSnowflakeConfig,
+    LeaseLost,
+    StoreUnavailable,
+    WorkersExhausted,
+)
 from autoseq.snowflake import Snowflake
+from autoseq.stores import MemoryStore
 from autoseq.workers import WorkerLeases, worker_leases
 
+from .conftest import TARGETS
 from .faultproxy import FaultProxy
 from .harness import HERE, Check, Worker, read_values, spawn, tally, value_files
 
@@ -59,6 +69,94 @@ def network_leased(network_target: Any) -> Iterator[Any]:
     """A target reached over TCP, its worker-lease table dropped afterwards."""
     yield network_target
     _drop_worker_table(network_target)
+
+
+class MemoryTarget:
+    """The in-process store, shared by every ``open()`` as a server is by its clients."""
+
+    kind = "memory"
+    id = "memory"
+
+    def __init__(self) -> None:
+        self.store = MemoryStore()
+
+    def open(self) -> Any:
+        return self.store
+
+    def cleanup(self) -> None:
+        pass
+
+
+@pytest.fixture(
+    params=[*TARGETS, pytest.param(lambda request, tmp_path: MemoryTarget(), id="memory")]
+)
+def lease_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    """Every lease store, the in-process one included, its worker leases dropped afterwards."""
+    made = request.param(request, tmp_path)
+    yield made
+    _drop_worker_table(made)
+    made.cleanup()
+
+
+def drop_leases(target: Any, name: str) -> None:
+    """Drop the lease table (collection, hash) of ``name`` as a migration or an operator might."""
+    store = target.open()
+    if target.kind == "sql":
+        from autoseq.workers.sql import SQLWorkers
+
+        SQLWorkers(store).drop_table()
+    elif target.kind == "mongo":
+        from autoseq.workers.mongo import MongoWorkers
+
+        MongoWorkers(store).collection.drop()
+    else:
+        from autoseq.workers.redis import RedisWorkers
+
+        store.client.delete(RedisWorkers(store).key(name))
+
+
+class Clock:
+    """The real clock plus an offset the test moves (seconds)."""
+
+    def __init__(self, offset: float = 0.0) -> None:
+        self.offset = offset
+
+    def __call__(self) -> float:
+        return time.time() + self.offset
+
+
+def generate(gen: Snowflake, seconds: float) -> tuple[list[int], int]:
+    """Call ``next()`` for ``seconds``: the ids issued and how many calls raised LeaseLost."""
+    ids: list[int] = []
+    refused = 0
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            ids.append(gen.next())
+        except LeaseLost:
+            refused += 1
+            time.sleep(0.001)
+    return ids, refused
+
+
+def generate_together(*gens: Snowflake, seconds: float) -> list[tuple[list[int], int]]:
+    """``generate`` on each generator in a thread of its own, all at once."""
+    results: list[tuple[list[int], int]] = [([], 0)] * len(gens)
+
+    def run(index: int) -> None:
+        results[index] = generate(gens[index], seconds)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(gens))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results
+
+
+def issued_twice(*batches: list[int]) -> int:
+    """How many ids appear in more than one batch."""
+    return Check.of([v for batch in batches for v in set(batch)]).duplicates
 
 
 def ms_of(gen: Snowflake, value: int) -> int:
@@ -196,6 +294,10 @@ def test_sigkill_then_takeover_issues_above_the_dead_owner(
         WORKER,
     )
     assert victim.wait_for("generating", 30, fresh=False), victim.stderr()
+    issued = tmp_path / "victim.t0"
+    deadline = time.monotonic() + 10  # a fresh lease table issues after one lease_ttl
+    while not issued.read_bytes() and time.monotonic() < deadline:
+        time.sleep(0.01)
     time.sleep(0.3)
     victim.kill()
     killed_at = time.monotonic()
@@ -323,6 +425,8 @@ def test_renewal_failure_stops_generation_before_expiry(
         store = target.open(target.spec_via(proxy.port), **target.fail_fast())
         gen = Snowflake(store, name="outage", lease_ttl=1.0)
         issued = [gen.next()]
+        # past a fresh table's grace (its first lease outlasts it by lease_ttl) and a renewal
+        time.sleep(1.5)
         proxy.stall()
         stalled_at = time.monotonic()
         error: LeaseLost | None = None
@@ -351,3 +455,177 @@ def test_renewal_failure_stops_generation_before_expiry(
     assert stopped_after < 1.5
     assert resumed is not None
     assert resumed > max(issued)
+
+
+# one layout per name, a dropped table, clocks ahead, failed constructors --------
+
+
+def test_a_name_keeps_the_layout_recorded_first(lease_store: Any, record_property: Any) -> None:
+    """A generator whose bit widths or epoch differ from the name's recorded layout is refused."""
+    # 9 worker bits + 13 sequence bits put worker 1 where 10 + 12 put workers 2 and 3
+    first = [
+        Snowflake(lease_store.open(), name="layout", lease_ttl=0.3, worker_bits=9, sequence_bits=13)
+        for _ in range(2)
+    ]
+    accepted: list[Snowflake] = []
+    refusals: list[str] = []
+    for kwargs in ({}, {"worker_bits": 9, "sequence_bits": 13, "epoch": first[0].epoch_ms + 1}):
+        try:
+            accepted.append(Snowflake(lease_store.open(), name="layout", lease_ttl=0.3, **kwargs))
+        except InvalidSnowflakeConfig as exc:
+            refusals.append(str(exc))
+    ids = generate_together(first[1], *accepted, seconds=0.5)
+    twice = issued_twice(*(batch for batch, _ in ids))
+    for gen in first + accepted:
+        gen.close()
+    tally(
+        record_property,
+        lease_store.id,
+        "snowflake layouts",
+        ids=sum(len(b) for b, _ in ids),
+        accepted=len(accepted),
+        twice=twice,
+    )
+    assert twice == 0
+    assert accepted == []
+    assert all("recorded with layout" in text for text in refusals)
+    held = [r for r in worker_leases(lease_store.open()).list_workers("layout") if r.owner]
+    assert held == []
+    with Snowflake(
+        lease_store.open(), name="layout", lease_ttl=0.3, worker_bits=9, sequence_bits=13
+    ) as same:
+        assert same.next() > 0
+
+
+def test_two_layouts_starting_at_once_one_wins(lease_store: Any) -> None:
+    """Two generators of one new name with different layouts, started together: one is refused."""
+    for round_ in range(4):
+        name = f"race-{round_}"
+        start = threading.Barrier(2)
+        outcome: list[object] = []
+
+        def begin(
+            worker_bits: int, name: str = name, start: Any = start, outcome: Any = outcome
+        ) -> None:
+            store = lease_store.open()
+            start.wait()
+            try:
+                outcome.append(Snowflake(store, name=name, lease_ttl=0.3, worker_bits=worker_bits))
+            except InvalidSnowflakeConfig as exc:
+                outcome.append(exc)
+
+        threads = [threading.Thread(target=begin, args=(bits,)) for bits in (8, 10)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        made = [o for o in outcome if isinstance(o, Snowflake)]
+        for gen in made:
+            gen.close()
+        assert len(made) == 1, outcome
+        assert len(outcome) == 2
+
+
+def test_a_dropped_lease_table_stops_its_holder_before_a_newcomer_issues(
+    leased: Any, record_property: Any
+) -> None:
+    """Lease table dropped under a holder: a newcomer on the new table issues no id it issued."""
+    holder = Snowflake(leased.open(), name="dropped", lease_ttl=1.5)
+    before = [holder.next()]  # a fresh table issues after one lease_ttl
+    results: list[tuple[list[int], int]] = []
+    running = threading.Thread(target=lambda: results.append(generate(holder, 2.5)))
+    running.start()
+    confirmed = holder.lease
+    while holder.lease is confirmed:  # just renewed: its next renewal is 0.5 s away
+        time.sleep(0.001)
+    drop_leases(leased, "dropped")
+    newcomer = Snowflake(leased.open(), name="dropped", lease_ttl=1.5)
+    fresh, _ = generate(newcomer, 2.3)
+    running.join()
+    ((held, refused),) = results
+    holder.close()
+    newcomer.close()
+    twice = issued_twice(before + held, fresh)
+    tally(
+        record_property,
+        leased.id,
+        "snowflake dropped table",
+        holder=len(held),
+        newcomer=len(fresh),
+        twice=twice,
+        holder_refused=refused,
+    )
+    assert fresh
+    assert held
+    assert twice == 0
+    assert refused > 0  # the holder was told: LeaseLost
+
+
+def test_free_ids_not_ahead_of_the_clock_come_first(lease_store: Any, record_property: Any) -> None:
+    """A worker id left by a clock a day ahead is passed over; alone, it is refused at once."""
+    store = lease_store.open()
+    ahead = Clock(86_400)
+    with Snowflake(store, name="ahead", worker_bits=2, lease_ttl=0.3, clock=ahead) as far:
+        far.next()
+    started = time.monotonic()
+    with Snowflake(
+        store, name="ahead", worker_bits=2, lease_ttl=0.3, on_clock_backwards="fail"
+    ) as a:
+        a.next()
+        passed_over = a.worker_id
+    with Snowflake(store, name="ahead", worker_bits=2, lease_ttl=0.3) as b:
+        b.next()
+    waited = time.monotonic() - started
+    with Snowflake(store, name="alone", worker_bits=0, lease_ttl=0.3, clock=ahead) as far_alone:
+        far_alone.next()
+    refused_at = time.monotonic()
+    with pytest.raises(ClockMovedBackwards, match="max_wait=60s"):
+        Snowflake(store, name="alone", worker_bits=0, lease_ttl=0.3)
+    refused_after = time.monotonic() - refused_at
+    tally(
+        record_property,
+        lease_store.id,
+        "snowflake clock ahead",
+        waited=round(waited, 2),
+        refused_after=round(refused_after, 2),
+    )
+    assert passed_over != 0  # 0 was left by the clock a day ahead
+    assert waited < 2.0
+    assert refused_after < 2.0
+    (row,) = worker_leases(store).list_workers("alone")
+    assert row.owner is None  # the refused generator gave the id back
+
+
+def test_a_failed_constructor_gives_its_lease_back(lease_store: Any) -> None:
+    """Constructors refused on an argument or on -W error leave no lease or heartbeat behind."""
+    store = lease_store.open()
+    for _ in range(9):  # more than the 8 worker ids
+        with pytest.raises(InvalidSnowflakeConfig, match="warn_years"):
+            Snowflake(store, name="leak", worker_bits=3, lease_ttl=0.3, warn_years="10")  # type: ignore[arg-type]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(9):
+            with pytest.raises(RuntimeWarning, match="years of timestamp bits left"):
+                Snowflake(store, name="leak", worker_bits=3, lease_ttl=0.3, warn_years=10_000)
+    beating = [t for t in threading.enumerate() if t.name == "autoseq-snowflake-leak"]
+    held = [r for r in worker_leases(store).list_workers("leak") if r.owner is not None]
+    assert beating == []
+    assert held == []
+    with Snowflake(store, name="leak", worker_bits=3, lease_ttl=0.3) as gen:
+        assert gen.next() > 0
+
+
+def test_a_forward_clock_step_renews_the_lease_at_once(
+    lease_store: Any, record_property: Any
+) -> None:
+    """A clock stepped ten lease lengths forward: every call keeps getting ids, none LeaseLost."""
+    clock = Clock()
+    with Snowflake(lease_store.open(), name="step", lease_ttl=1.0, clock=clock) as gen:
+        first = gen.next()
+        clock.offset = 10.0
+        ids, refused = generate(gen, 0.3)
+    tally(record_property, lease_store.id, "snowflake clock step", ids=len(ids), refused=refused)
+    assert refused == 0
+    assert ids
+    assert ids == sorted(set(ids))
+    assert ids[0] > first
