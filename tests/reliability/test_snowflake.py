@@ -629,3 +629,18 @@ def test_a_forward_clock_step_renews_the_lease_at_once(
     assert ids
     assert ids == sorted(set(ids))
     assert ids[0] > first
+
+
+def test_a_lease_table_from_before_layouts_keeps_working(lease_store: Any) -> None:
+    """Leases written without a layout row (older autoseq) are kept; the layout is added beside."""
+    leases = worker_leases(lease_store.open())
+    old = leases.acquire_worker("legacy", "old-process", 4, now_ms(), 60_000)
+    assert old is not None
+    with Snowflake(lease_store.open(), name="legacy", worker_bits=2, lease_ttl=0.3) as gen:
+        values = gen.next_many(1000)
+        assert gen.worker_id != old.worker
+    assert values == sorted(set(values))
+    rows = {r.worker: r for r in leases.list_workers("legacy")}
+    assert rows[old.worker].owner == "old-process"
+    with pytest.raises(InvalidSnowflakeConfig, match="recorded with layout"):
+        Snowflake(lease_store.open(), name="legacy", worker_bits=3, lease_ttl=0.3)
