@@ -1147,6 +1147,7 @@ __all__ = [
     "default_registry",
     "get_registry",
     "include_sequence_table",
+    "include_worker_table",
     "install",
     "sequence_column",
     "sequence_spec",
@@ -1184,6 +1185,24 @@ def include_sequence_table(metadata: sa.MetaData, name: str = "sys_sequence") ->
     if existing is not None:
         return existing
     return sequence_table(name, metadata)
+
+
+def include_worker_table(metadata: sa.MetaData, name: str = "sys_worker") -> sa.Table:
+    """Declare ``sys_worker``, the snowflake worker leases, in ``metadata`` (idempotent).
+
+    What :func:`include_sequence_table` is for ``sys_sequence``: without it
+    Alembic autogenerate proposes ``drop_table('sys_worker')`` once a
+    ``SnowflakeField`` has made the table at run time, and running that
+    migration under live generators costs every one of them its lease. The
+    name is ``sys_worker`` beside ``sys_sequence``, else ``<table>_worker``
+    (:func:`autoseq.workers.sql.worker_table_name`).
+    """
+    from autoseq.workers.sql import worker_table
+
+    existing = metadata.tables.get(name)
+    if existing is not None:
+        return existing
+    return worker_table(name, metadata)
 
 
 # Serial columns (issue 14) live in their own module, re-exported here.

@@ -127,3 +127,30 @@ def test_reserved_arguments_are_refused() -> None:
     """A default of one's own on a snowflake column is refused with what to do."""
     with pytest.raises(InvalidSequenceConfig, match="remove the argument"):
         SnowflakeField(default=5)
+
+
+def test_include_worker_table_keeps_alembic_from_dropping_the_leases(world: World) -> None:
+    """Alembic proposes dropping the lease table unless include_worker_table declares it."""
+    from alembic.autogenerate import compare_metadata
+    from alembic.runtime.migration import MigrationContext
+
+    from autoseq.sqlalchemy import include_worker_table
+
+    with Session(world.engine) as session:
+        session.add(world.model(label="makes the lease table"))
+        session.commit()
+    leases = SQLWorkers(world.store)
+    metadata = sa.MetaData()
+    world.table.to_metadata(metadata)
+
+    def dropped() -> list[str]:
+        with world.engine.connect() as connection:
+            diff = compare_metadata(MigrationContext.configure(connection), metadata)
+        return [d[1].name for d in diff if isinstance(d, tuple) and d[0] == "remove_table"]
+
+    # SQLite keeps the leases in the companion file, out of Alembic's sight
+    beside = world.store.engine.url == world.engine.url
+    assert (leases.table.name in dropped()) is beside
+    declared = include_worker_table(metadata, leases.table.name)
+    assert include_worker_table(metadata, leases.table.name) is declared
+    assert leases.table.name not in dropped()
