@@ -495,15 +495,23 @@ def _check_worker_leases(store: SequenceStore, report: Report) -> None:
     if files is not None and not os.path.exists(files[1]):
         return  # opening it would create an empty companion file
     from autoseq.errors import InvalidSnowflakeConfig
-    from autoseq.workers import worker_leases
+    from autoseq.workers import LAYOUT_ROW, worker_leases
 
     try:
-        leases = worker_leases(store).list_workers()
+        leases = worker_leases(store).list_workers(layouts=True)
     except InvalidSnowflakeConfig:
         return  # a store of another kind cannot hold leases
     except StoreUnavailable:
         return  # reported once, by the sequence checks below
     now = time.time_ns() // 1_000_000
+    # A fresh layout's first ids are stamped up to its grace's end, by design;
+    # the row was not written after now, whatever the clock that wrote it said.
+    grace = {
+        row.name: min(row.expires_ms, now + row.expires_ms - row.last_ms)
+        for row in leases
+        if row.worker == LAYOUT_ROW
+    }
+    leases = [row for row in leases if row.worker != LAYOUT_ROW]
     for name in sorted({lease.name for lease in leases}):
         rows = [lease for lease in leases if lease.name == name]
         held = sum(1 for row in rows if row.owner is not None and row.expires_ms >= now)
@@ -514,7 +522,7 @@ def _check_worker_leases(store: SequenceStore, report: Report) -> None:
             f"snowflake {name!r}: {held} worker ids held, {expired} expired (free to take "
             f"over), {len(rows) - held - expired} released",
         )
-        ahead = max(row.last_ms for row in rows) - now
+        ahead = max(row.last_ms for row in rows) - max(now, grace.get(name, 0))
         if ahead > 1000:
             report.add(
                 "warning",

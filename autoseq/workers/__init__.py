@@ -91,8 +91,8 @@ class WorkerLeases(Protocol):
       ``name``'s unless a layout is recorded already (atomically: of two
       claims at once one wins) and returns the recorded layout row (see
       :func:`layout_row`); a row it writes is ready ``wait_ms`` after ``now_ms``.
-    * ``list_workers(name=None)`` every lease row (of one name), by name and
-      id; layout rows are left out.
+    * ``list_workers(name=None, *, layouts=False)`` every lease row (of one
+      name), by name and id; layout rows only with ``layouts=True``.
     * Driver errors raise ``StoreUnavailable``.
     """
 
@@ -108,7 +108,9 @@ class WorkerLeases(Protocol):
 
     def claim_layout(self, name: str, layout: str, now_ms: int, wait_ms: int) -> WorkerLease: ...
 
-    def list_workers(self, name: str | None = None) -> list[WorkerLease]: ...
+    def list_workers(
+        self, name: str | None = None, *, layouts: bool = False
+    ) -> list[WorkerLease]: ...
 
 
 def candidates(rows: dict[int, WorkerLease], count: int, now_ms: int) -> list[int]:
@@ -190,12 +192,12 @@ class MemoryWorkers:
             # the dict lives and dies with its holders: no older holder, no grace
             return self._rows.setdefault((name, LAYOUT_ROW), layout_row(name, layout, 0, 0))
 
-    def list_workers(self, name: str | None = None) -> list[WorkerLease]:
+    def list_workers(self, name: str | None = None, *, layouts: bool = False) -> list[WorkerLease]:
         with self._lock:
             rows = [
                 r
                 for r in self._rows.values()
-                if (name is None or r.name == name) and r.worker != LAYOUT_ROW
+                if (name is None or r.name == name) and (layouts or r.worker != LAYOUT_ROW)
             ]
         return sorted(rows, key=lambda r: (r.name, r.worker))
 

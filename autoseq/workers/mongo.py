@@ -146,8 +146,8 @@ class MongoWorkers:
             RuntimeError("concurrent upserts kept failing"), "lease", what, name
         )
 
-    def list_workers(self, name: str | None = None) -> list[WorkerLease]:
-        query: dict[str, Any] = {"worker": {"$ne": LAYOUT_ROW}}
+    def list_workers(self, name: str | None = None, *, layouts: bool = False) -> list[WorkerLease]:
+        query: dict[str, Any] = {} if layouts else {"worker": {"$ne": LAYOUT_ROW}}
         if name is not None:
             query["name"] = name
         docs = self.store._run(

@@ -174,7 +174,7 @@ class RedisWorkers:
         )
         return _row(name, LAYOUT_ROW, recorded)
 
-    def list_workers(self, name: str | None = None) -> list[WorkerLease]:
+    def list_workers(self, name: str | None = None, *, layouts: bool = False) -> list[WorkerLease]:
         client = self.store.client
         try:
             if name is not None:
@@ -186,7 +186,7 @@ class RedisWorkers:
                 key_text = key.decode() if isinstance(key, bytes) else key
                 layout = _unquote(key_text.split(":worker:", 1)[1])
                 for field, value in client.hgetall(key).items():
-                    if int(field) != LAYOUT_ROW:
+                    if layouts or int(field) != LAYOUT_ROW:
                         rows.append(_row(layout, int(field), value))
         except redis.RedisError as exc:
             raise self._fail(exc, "listing worker leases", name) from exc

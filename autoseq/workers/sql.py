@@ -77,9 +77,11 @@ class SQLWorkers:
     def _fail(self, exc: BaseException, what: str, name: str | None) -> StoreUnavailable:
         return self.store._translate(exc, "lease", what, name)
 
-    def _read(self, connection: Any, name: str | None) -> list[WorkerLease]:
+    def _read(self, connection: Any, name: str | None, layouts: bool = False) -> list[WorkerLease]:
         t = self.table
-        query = sa.select(t).where(t.c.worker != LAYOUT_ROW).order_by(t.c.name, t.c.worker)
+        query = sa.select(t).order_by(t.c.name, t.c.worker)
+        if not layouts:
+            query = query.where(t.c.worker != LAYOUT_ROW)
         if name is not None:
             query = query.where(t.c.name == name)
         return [_lease(row) for row in connection.execute(query).mappings()]
@@ -206,12 +208,12 @@ class SQLWorkers:
             RuntimeError("the layout row kept vanishing"), "recording the layout", name
         )
 
-    def list_workers(self, name: str | None = None) -> list[WorkerLease]:
+    def list_workers(self, name: str | None = None, *, layouts: bool = False) -> list[WorkerLease]:
         try:
             if not sa.inspect(self.store.engine).has_table(self.table.name):
                 return []
             with self.store._connection() as connection:
-                return self._read(connection, name)
+                return self._read(connection, name, layouts)
         except DBAPIError as exc:
             raise self._fail(exc, "listing worker leases", name) from exc
 
