@@ -125,6 +125,8 @@ _locks: weakref.WeakSet[SequenceLock] = weakref.WeakSet()
 #: Whether advancing an iterator is atomic between threads (a GIL build).
 GIL = bool(getattr(sys, "_is_gil_enabled", lambda: True)())
 _EMPTY: Iterator[int] = iter(())
+#: Reservations tried before giving up on a row that keeps going back.
+_FENCE_TRIES = 5
 
 
 @dataclass(slots=True)
@@ -190,6 +192,7 @@ class SequenceLock:
         self._worker: threading.Thread | None = None
         self._wake = threading.Event()
         self._tally = _Tally()
+        self._high: int | None = None  # the highest value reserved here: the fence
         self._alarm = LowRemainingAlarm(policy.warn_share)
 
     def _after_fork_in_child(self) -> None:
@@ -426,7 +429,7 @@ class SequenceLock:
         """One store round trip, outside the lock; records what happened."""
         started = time.monotonic()
         try:
-            block = self.store.reserve(self.name, count)
+            block = self._fenced(self.store.reserve(self.name, count), count)
         except SequenceExhausted as exc:
             signals.sequence_exhausted.send(self, name=self.name, current=exc.current, end=exc.end)
             raise
@@ -458,6 +461,43 @@ class SequenceLock:
         self._check_low_remaining(block)
         return block
 
+    def _fenced(self, block: Block, count: int) -> Block:
+        """``block``, or one reserved after it, above every value this process reserved before.
+
+        A block at or below them means the row went back: the store failed
+        over to a replica that had not received the latest reservations
+        (or was restored). Its values may be ones this process served, so
+        they are skipped, not served: the row is moved past them with a
+        compare-and-set and the reservation is made again. A cycling row
+        wraps on purpose and is left alone.
+        """
+        for _ in range(_FENCE_TRIES):
+            high = self._high
+            if high is None or block.cycled or block.row.cycle or block.first > high:
+                if block.failover:
+                    signals.store_failover.send(self, name=self.name, first=block.first)
+                return block
+            log.warning(
+                "sequence %r: the store handed out %d..%d again, at or below %d already "
+                "reserved here (a failover to a replica that missed writes?); skipping past it",
+                self.name,
+                block.first,
+                block.last,
+                high,
+            )
+            signals.row_went_back.send(self, name=self.name, first=block.first, high=high)
+            ahead = block.row.with_current(max(high, block.last) + block.step)
+            self.store.compare_and_set(ahead, block.version)
+            block = self.store.reserve(self.name, count)
+        raise StoreUnavailable(
+            f"sequence {self.name!r}: the store kept handing out values at or below {high} "
+            f"already reserved by this process ({_FENCE_TRIES} tries); is another client "
+            "moving the row back? Check it with `autoseq doctor`",
+            name=self.name,
+            operation="reserve",
+            reason="row went back",
+        )
+
     def _note_failure(self, exc: BaseException) -> None:
         with self._lock:
             self._backoff.failed(exc, time.monotonic())
@@ -470,6 +510,14 @@ class SequenceLock:
             tally.reserved_values += block.count
             tally.last_latency = latency
             tally.row = block.row
+            if block.failover:
+                # Blocks reserved on the old primary may be unknown to the
+                # new one, which can hand them to another process.
+                self._settle()
+                self._buffer.clear()
+            self._high = (
+                block.last if block.cycled or self._high is None else max(self._high, block.last)
+            )
             self._buffer.latest = block
             self._sizer.fit_range(block.row.range_size)
             self._sizer.reserved(block.count, started)

@@ -17,6 +17,15 @@ keyword arguments that always include ``name`` (the sequence):
 ``low_remaining``
     a non-cycling sequence has reserved past the warning share of its range:
     ``remaining`` (values left), ``used_share`` (0..1).
+``store_failover``
+    the store now talks to another primary than before (a failover): the
+    blocks buffered from the old one were dropped. ``first``: the first
+    value of the block reserved on the new one.
+``row_went_back``
+    a reservation handed out values at or below ones this process had
+    already reserved (the store lost writes, as after a failover to a
+    lagging replica); they were skipped. ``first``, ``high`` (the highest
+    value reserved before).
 ``block_released``
     ``close()`` handed an unused block back to the store: ``first``, ``count``.
 """
@@ -38,14 +47,22 @@ low_remaining = _signals.signal(
     "low-remaining", doc="A non-cycling sequence passed its warning share."
 )
 block_released = _signals.signal("block-released", doc="An unused block was handed back.")
+store_failover = _signals.signal(
+    "store-failover", doc="The store now talks to another primary; buffered blocks were dropped."
+)
+row_went_back = _signals.signal(
+    "row-went-back", doc="A reservation went back below values reserved before; skipped."
+)
 
 __all__ = [
     "block_released",
     "block_reserved",
     "low_remaining",
     "prefetch_failed",
+    "row_went_back",
     "sequence_cycled",
     "sequence_exhausted",
+    "store_failover",
     "store_unavailable",
 ]
 

@@ -17,7 +17,9 @@ class Block:
 
     ``row`` is the stored row as the reservation left it (its ``version``
     is the one this reservation wrote); ``cycled`` says the reservation
-    wrapped from ``end`` back to ``start``.
+    wrapped from ``end`` back to ``start``; ``failover`` says the store
+    found itself talking to another primary than at its previous
+    reservation, which may not know the blocks reserved before.
     """
 
     name: str
@@ -26,6 +28,7 @@ class Block:
     step: int
     row: SequenceConfig
     cycled: bool = False
+    failover: bool = False
 
     @property
     def count(self) -> int:

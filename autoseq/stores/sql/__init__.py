@@ -19,6 +19,7 @@ every row of the application.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import random
@@ -52,6 +53,11 @@ from autoseq.stores.sql._appfile import (
 from autoseq.stores.sql._engine import _enable_wal as _enable_wal
 from autoseq.stores.sql._engine import make_engine, needs_watchdog
 from autoseq.stores.sql._forkgate import _ForkGate as _ForkGate
+from autoseq.stores.sql._replication import (
+    SYNCHRONOUS_COMMIT,
+    Replication,
+    validate_synchronous_commit,
+)
 from autoseq.stores.sql._statements import _TABLE_NAME as _TABLE_NAME
 from autoseq.stores.sql._statements import (
     _Conflict,
@@ -78,6 +84,7 @@ from autoseq.stores.sql._watchdog import _Watchdog as _Watchdog
 __all__ = [
     "DRIVER_EXTRAS",
     "SIDECAR_SUFFIX",
+    "SYNCHRONOUS_COMMIT",
     "SYNC_DRIVERS",
     "MissingDriver",
     "SQLStore",
@@ -108,6 +115,11 @@ class SQLStore:
     (seconds) bounds how long a server that stopped answering on an open
     connection can hold an operation, and how long a reservation retries;
     half of it bounds each wait for a row another transaction holds locked.
+    ``synchronous_commit`` (PostgreSQL) is set for the store's sessions:
+    ``"on"`` (the default) makes every reservation durable on disk and, when
+    the server has synchronous standbys, on them before it is handed out,
+    whatever the server or role says; a reservation the server reports as
+    committed only locally is never served. ``None`` keeps the server's.
     """
 
     def __init__(
@@ -119,8 +131,10 @@ class SQLStore:
         connect_timeout: float = 5.0,
         sqlite_timeout: float = 30.0,
         statement_timeout: float = 10.0,
+        synchronous_commit: str | None = "on",
     ) -> None:
         self.table_name = validate_table_name(table)
+        synchronous_commit = validate_synchronous_commit(synchronous_commit)
         engine_or_url = getattr(engine_or_url, "sync_engine", engine_or_url)  # an AsyncEngine
         if isinstance(engine_or_url, Engine):
             app_url = engine_or_url.url
@@ -162,6 +176,9 @@ class SQLStore:
             None if path is None else AppFileRows(path, self.gapless_table, sqlite_timeout)
         )
         self._app_locked_until = 0.0
+        self.replication = (
+            Replication(self.engine, synchronous_commit) if self.dialect == "postgresql" else None
+        )
         reset_after_fork(self)
 
     # engine ---------------------------------------------------------------
@@ -445,11 +462,12 @@ class SQLStore:
         for attempt in range(self.max_retries):
             attempts += 1
             try:
-                block = self._reserve_in_one_statement(name, count)
-                if block is None:
-                    block = self._reserve_under_row_lock(name, count)
+                with self._watching() as warnings:
+                    block = self._reserve_in_one_statement(name, count)
+                    if block is None:
+                        block = self._reserve_under_row_lock(name, count)
                 self.reservations += 1
-                return block
+                return self._durable(block, warnings)
             except _Conflict:
                 pass
             except DBAPIError as exc:
@@ -474,6 +492,27 @@ class SQLStore:
             "statement_timeout=...)",
             name=name,
         )
+
+    def _watching(self) -> AbstractContextManager[list[str]]:
+        """The server's warnings to this thread inside (PostgreSQL), committing included."""
+        return nullcontext([]) if self.replication is None else self.replication.watching()
+
+    def _durable(self, block: Block, warnings: list[str]) -> Block:
+        """``block`` if its commit is durable, marked when the primary changed; else raise."""
+        if warnings:
+            # Committed locally only: a failover now would hand it out again.
+            raise StoreUnavailable(
+                f"sequence {block.name!r}: the server committed the reservation of "
+                f"{block.first}..{block.last} without confirming it reached the synchronous "
+                f"standby ({warnings[0]}); those values are skipped. Check the standby "
+                "(pg_stat_replication) and leave commits waiting for it uncancelled",
+                name=block.name,
+                operation="reserve",
+                reason="not replicated",
+            )
+        if self.replication is not None and self.replication.failed_over():
+            return dataclasses.replace(block, failover=True)
+        return block
 
     def _reserve_in_one_statement(self, name: str, count: int) -> Block | None:
         """The common case in one round trip: ``UPDATE ... RETURNING``, autocommitted.

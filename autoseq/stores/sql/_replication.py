@@ -1,0 +1,145 @@
+"""PostgreSQL: commits durable where a failover can reach, and noticing a new primary.
+
+Every connection of the store's engine sets ``synchronous_commit`` for its
+session (``"on"`` by default): a server or role configured with ``off``
+acknowledges a commit before it is on disk, so even one server repeats
+values after a crash, and with a synchronous standby ``on`` also waits for
+the standby to have the commit before the reservation is handed out.
+
+A commit whose wait for the synchronous standby was cancelled still
+commits locally; the server only says so in a WARNING ("canceling wait for
+synchronous replication ... committed locally, might not have been
+replicated"). The store's connections collect warnings per thread (the
+driver delivers a notice in the thread running the statement), so a
+reservation can tell whether its own commit drew one.
+
+Each new connection also reads which server it reached: the cluster's
+system identifier and its current WAL timeline. A promoted standby has the
+same identifier and a new timeline, so a change means a failover.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
+
+from autoseq.errors import InvalidSequenceConfig
+
+log = logging.getLogger("autoseq")
+
+#: ``synchronous_commit`` levels a store may ask for; ``None`` leaves the server's own.
+SYNCHRONOUS_COMMIT = ("on", "remote_apply", "remote_write", "local")
+
+_IDENTITY = (
+    "SELECT system_identifier::text, CASE WHEN pg_is_in_recovery() THEN NULL "
+    "ELSE substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8) END FROM pg_control_system()"
+)
+
+
+def validate_synchronous_commit(value: object) -> str | None:
+    """Return ``value`` if it is a level of :data:`SYNCHRONOUS_COMMIT` or None, else raise."""
+    if value is None or value in SYNCHRONOUS_COMMIT:
+        return value
+    raise InvalidSequenceConfig(
+        f"synchronous_commit={value!r}; use one of {', '.join(SYNCHRONOUS_COMMIT)} "
+        "(on: durable on disk and on a synchronous standby), or None to keep the server's"
+    )
+
+
+class _Warnings(threading.local):
+    collected: list[str] | None = None
+
+
+class Replication:
+    """Session set-up, commit warnings and the primary's identity for one PostgreSQL engine."""
+
+    def __init__(self, engine: Engine, synchronous_commit: str | None) -> None:
+        self.synchronous_commit = synchronous_commit
+        self.primary: tuple[str, str] | None = None
+        self._changed = False
+        self._guard = threading.Lock()
+        self._warnings = _Warnings()
+        event.listen(engine, "connect", self._connect)
+
+    def _connect(self, dbapi_connection: Any, _record: Any) -> None:
+        self._collect_warnings(dbapi_connection)
+        autocommit = dbapi_connection.autocommit
+        dbapi_connection.autocommit = True
+        try:
+            cursor = dbapi_connection.cursor()
+            if self.synchronous_commit is not None:
+                cursor.execute(f"SET synchronous_commit = {self.synchronous_commit}")
+            self._note_identity(cursor)
+            cursor.close()
+        finally:
+            dbapi_connection.autocommit = autocommit
+
+    def _note_identity(self, cursor: Any) -> None:
+        try:
+            cursor.execute(_IDENTITY)
+            system, timeline = cursor.fetchone()
+        except Exception as exc:  # noqa: BLE001 - no such function (a look-alike server), or no right
+            log.debug("cannot tell which PostgreSQL primary this is: %s", exc)
+            return
+        if timeline is None:
+            return
+        with self._guard:
+            if self.primary is not None and self.primary != (system, timeline):
+                log.warning(
+                    "PostgreSQL primary changed (system %s timeline %s, was %s timeline %s): "
+                    "a failover; blocks reserved before are dropped",
+                    system,
+                    timeline,
+                    *self.primary,
+                )
+                self._changed = True
+            self.primary = (system, timeline)
+
+    def failed_over(self) -> bool:
+        """Whether a connection reached another primary since the last call."""
+        with self._guard:
+            changed, self._changed = self._changed, False
+        return changed
+
+    def _collect_warnings(self, dbapi_connection: Any) -> None:
+        if hasattr(dbapi_connection, "add_notice_handler"):  # psycopg 3
+            dbapi_connection.add_notice_handler(self._on_notice)
+        elif isinstance(getattr(dbapi_connection, "notices", None), list):  # psycopg2
+            dbapi_connection.notices = _Notices(self._warnings)
+
+    def _on_notice(self, diagnostic: Any) -> None:
+        severity = getattr(diagnostic, "severity_nonlocalized", None) or diagnostic.severity
+        if severity == "WARNING":
+            self._note_warning(f"{diagnostic.message_primary} {diagnostic.message_detail or ''}")
+
+    def _note_warning(self, text: str) -> None:
+        collected = self._warnings.collected
+        if collected is not None:
+            collected.append(text.strip())
+
+    @contextmanager
+    def watching(self) -> Iterator[list[str]]:
+        """The warnings the server sends this thread inside, committing included."""
+        collected: list[str] = []
+        self._warnings.collected = collected
+        try:
+            yield collected
+        finally:
+            self._warnings.collected = None
+
+
+class _Notices:
+    """psycopg2's ``connection.notices``: keeps the warnings for the thread that runs."""
+
+    def __init__(self, warnings: _Warnings) -> None:
+        self._warnings = warnings
+
+    def append(self, notice: str) -> None:
+        if notice.startswith("WARNING") and self._warnings.collected is not None:
+            self._warnings.collected.append(notice.strip())

@@ -1,0 +1,1 @@
+"""Failover trials: real replicated servers, the primary lost mid-traffic, every value counted."""

@@ -1,0 +1,44 @@
+"""Fixtures building replicated servers for the failover trials, stopped at teardown.
+
+A missing tool skips the trials with the reason, unless
+``AUTOSEQ_REQUIRE_BACKENDS`` names the backend (``postgres``, ``redis``):
+then they fail. The machine's own servers (5432, 6379) are never touched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+from backends import unavailable
+
+from .servers import PostgresPair, RedisPair, pg_missing, redis_missing
+
+
+@pytest.fixture
+def postgres_pair() -> Iterator[Callable[..., PostgresPair]]:
+    """Build a PostgreSQL primary + standby (``sync=True``: synchronous); stopped afterwards."""
+    problem = pg_missing()
+    if problem:
+        unavailable("postgres", problem)
+    pairs: list[PostgresPair] = []
+
+    def build(*, sync: bool = False) -> PostgresPair:
+        pair = PostgresPair(sync=sync)
+        pairs.append(pair)
+        return pair
+
+    yield build
+    for pair in pairs:
+        pair.close()
+
+
+@pytest.fixture
+def redis_pair() -> Iterator[RedisPair]:
+    """A Redis primary + replica behind a client address (``vip``); stopped afterwards."""
+    problem = redis_missing()
+    if problem:
+        unavailable("redis", problem)
+    pair = RedisPair()
+    yield pair
+    pair.close()

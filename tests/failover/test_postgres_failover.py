@@ -1,0 +1,166 @@
+"""PostgreSQL: the primary is lost mid-traffic, a standby takes over; no value is served twice."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import psycopg
+import pytest
+from backends import unique_table
+
+from autoseq import BufferPolicy, SequenceConfig, SequenceLock
+from autoseq.stores import SQLStore
+
+from .servers import PostgresPair
+from .traffic import Client, Count, Traffic
+
+pytestmark = pytest.mark.postgres
+
+#: Small fixed blocks, retried fast: many reservations in flight around the failover.
+POLICY = BufferPolicy(max_batch_count=100, retry_initial=0.01, retry_max=0.1, wait_timeout=5.0)
+
+
+class Trial:
+    """A sequence on ``pair`` and the clients taking from it through the multi-host URL."""
+
+    def __init__(self, pair: PostgresPair) -> None:
+        self.pair = pair
+        self.table = unique_table("failover")
+        self.stores: list[SQLStore] = []
+        setup = self.store()
+        setup.create_table()
+        setup.create(SequenceConfig("orders", batch_count=100))
+        pair.wait_caught_up()
+
+    def store(self) -> SQLStore:
+        """A store of its own, as a process has."""
+        store = SQLStore(
+            self.pair.url(), table=self.table, connect_timeout=1, statement_timeout=2.0
+        )
+        self.stores.append(store)
+        return store
+
+    def clients(self, processes: int, threads: int = 1) -> list[Client]:
+        """``processes`` clients, each with its own store and lock, for ``threads`` threads."""
+        return [
+            Client(SequenceLock("orders", self.store(), batch_count=100, policy=POLICY), threads)
+            for _ in range(processes)
+        ]
+
+    def close(self) -> None:
+        """Close every lock's store (the servers go with the pair)."""
+        for store in self.stores:
+            store.close()
+
+
+@pytest.fixture
+def trial(postgres_pair: Callable[..., PostgresPair]) -> Iterator[Callable[..., Trial]]:
+    """Build a :class:`Trial` on a fresh pair (``sync=True``: a synchronous standby)."""
+    trials: list[Trial] = []
+
+    def build(*, sync: bool = False) -> Trial:
+        trials.append(Trial(postgres_pair(sync=sync)))
+        return trials[-1]
+
+    yield build
+    for made in trials:
+        made.close()
+
+
+def run(
+    clients: list[Client],
+    before_loss: Callable[[], None],
+    lose: Callable[[], None],
+    then: list[Client] | None = None,
+) -> Count:
+    """Traffic; ``before_loss`` (the standby falls behind); ``lose`` (the primary goes); traffic.
+
+    ``then``: the first clients stop before the loss and these take over,
+    as processes started afresh do, knowing nothing of what the first ones
+    served (so no fence of theirs can hide a reservation that was lost).
+    """
+    with Traffic(clients) as traffic:
+        traffic.run_until(0.5, traffic.all_moved_since([0] * len(clients)))
+        before_loss()
+        traffic.run_until(0.6)
+        if then is not None:
+            traffic.stop()  # they go down with the primary's machine
+        lose()
+        if then is None:
+            marks = traffic.marks()
+            traffic.run_until(0.5, traffic.all_moved_since(marks))
+            return Count.of(clients, marks)
+    with Traffic(then) as traffic:
+        traffic.run_until(0.5, traffic.all_moved_since([0] * len(then)))
+    return Count.of(clients + then, [client.taken() for client in clients] + [0] * len(then))
+
+
+def test_async_standby_failover_one_process_never_repeats(trial: Callable[..., Trial]) -> None:
+    """Primary lost with an async standby behind: one process never serves a value twice."""
+    made = trial()
+    clients = made.clients(processes=1, threads=4)
+    count = run(clients, made.pair.link.cut, made.pair.fail_over)  # type: ignore[union-attr]
+    assert count.after_failover > 0, count
+    assert count.twice == 0, str(count)
+
+
+def test_synchronous_commit_off_on_the_server_never_repeats(trial: Callable[..., Trial]) -> None:
+    """Sync standby, synchronous_commit=off on the server: processes after it never repeat one."""
+    made = trial(sync=True)
+    made.pair.primary.configure(synchronous_commit="off")
+    pair = made.pair
+    assert pair.link is not None
+    count = run(made.clients(processes=3), pair.link.cut, pair.fail_over, made.clients(3))
+    assert count.after_failover > 0, count
+    assert count.twice == 0, str(count)
+
+
+def test_synchronous_commit_off_server_crash_never_repeats(trial: Callable[..., Trial]) -> None:
+    """One server with synchronous_commit=off crashes and restarts: no value is served twice."""
+    made = trial()
+    made.pair.primary.configure(synchronous_commit="off")
+    clients = made.clients(processes=3)
+
+    def crash_and_restart() -> None:
+        made.pair.primary.crash()
+        made.pair.primary.restart()
+
+    count = run(clients, lambda: None, crash_and_restart, made.clients(processes=3))
+    assert count.after_failover > 0, count
+    assert count.twice == 0, str(count)
+
+
+@contextmanager
+def cancelling_replication_waits(pair: PostgresPair) -> Iterator[None]:
+    """Cancel every commit waiting for the synchronous standby, as an impatient operator does."""
+    stop = threading.Event()
+
+    def cancel() -> None:
+        while not stop.wait(0.005) and pair.primary.running:
+            with contextlib.suppress(psycopg.Error):  # the primary is being killed
+                pair.primary.sql(
+                    "SELECT pg_cancel_backend(pid) FROM pg_stat_activity "
+                    "WHERE wait_event = 'SyncRep'"
+                )
+
+    canceller = threading.Thread(target=cancel, daemon=True)
+    canceller.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        canceller.join(timeout=30)
+
+
+def test_cancelled_synchronous_commit_never_repeats(trial: Callable[..., Trial]) -> None:
+    """A commit whose wait for the sync standby is cancelled is never served: no value twice."""
+    made = trial(sync=True)
+    pair = made.pair
+    assert pair.link is not None
+    with cancelling_replication_waits(pair):
+        count = run(made.clients(processes=3), pair.link.cut, pair.fail_over, made.clients(3))
+    assert count.after_failover > 0, count
+    assert count.twice == 0, str(count)
