@@ -238,6 +238,15 @@ class RedisStore:
     may start at (say ``max(id) + 1`` of the table the sequence numbers, or
     None): a row recreated after Redis lost its data then starts above the
     values already used instead of at ``start``.
+
+    ``replicas``: how many replicas must have each reservation before it is
+    handed out (``WAIT replicas replica_timeout`` after it); a block not
+    acknowledged within ``replica_timeout`` seconds is skipped and
+    ``StoreUnavailable`` raised, since a failover to a replica without it
+    would hand its values out again. ``None`` (the default) waits for as
+    many replicas as the current primary has been seen to have connected
+    (``INFO replication``), so a replicated Redis is covered without
+    configuration and a lone one costs nothing; ``0`` never waits.
     """
 
     def __init__(
@@ -248,8 +257,11 @@ class RedisStore:
         floor: Callable[[str], int | None] | None = None,
         socket_timeout: float = 2.0,
         socket_connect_timeout: float = 1.0,
+        replicas: int | None = None,
+        replica_timeout: float = 0.5,
     ) -> None:
         self.prefix = validate_prefix(prefix)
+        self.replication = Replication(replicas, replica_timeout)
         self.floor = floor
         if isinstance(client_or_url, str):
             try:
@@ -458,7 +470,7 @@ class RedisStore:
             else:  # nothing known yet: the script hands the row back
                 args += [0, 0, "0", utc_now().isoformat()]
             with self._errors("reserve", f"reserving from sequence {name!r}", name):
-                reply = self._reserve(keys=[key], args=args, client=self.client)
+                reply, acknowledged, wanted = self._reserve_replicated(key, args)
             status = _bytes(reply[0])
             if status == b"ok":
                 raw = dict(zip(_PLAN_FIELDS, raw_settings, strict=True))
@@ -468,7 +480,9 @@ class RedisStore:
                 row = self._decode(name, raw)
                 self.reservations += 1
                 first, last = int(_bytes(reply[1])), int(_bytes(reply[2]))
-                return Block(name, first, last, row.step, row, cycled=bool(reply[4]))
+                self.replication.check(name, first, last, acknowledged, wanted)
+                failover = self.replication.failed_over()
+                return Block(name, first, last, row.step, row, bool(reply[4]), failover)
             if status == b"stale":
                 plan = self._plan(name, _pairs(reply[1]))
                 continue
@@ -488,6 +502,39 @@ class RedisStore:
             "stop the process rewriting the row",
             name=name,
         )
+
+    def _reserve_replicated(self, key: str, args: list[bytes | str | int]) -> tuple[Any, int, int]:
+        """The reserve script's reply, how many replicas acknowledged it, and how many it wanted.
+
+        One pipeline, so ``WAIT`` runs on the connection that wrote, and
+        ``INFO replication`` says which primary answered and its replicas.
+        """
+        replication = self.replication
+        if not replication.known:
+            replication.note(self._replication_info())
+        wanted = replication.wanted()
+        for _ in range(2):
+            pipe = self.client.pipeline(transaction=False)
+            pipe.evalsha(self._reserve.sha, 1, key, *args)
+            if wanted:
+                pipe.wait(wanted, max(1, int(replication.timeout * 1000)))
+            pipe.info("replication")
+            results = pipe.execute(raise_on_error=False)
+            if not isinstance(results[0], redis.exceptions.NoScriptError):
+                break
+            self.client.script_load(_RESERVE)  # a new or restarted server: load, send again
+        for result in results[:-1]:
+            if isinstance(result, Exception):
+                raise result
+        if not isinstance(results[-1], Exception):
+            replication.note(results[-1])
+        return results[0], int(results[1]) if wanted else 0, wanted
+
+    def _replication_info(self) -> Mapping[str, Any]:
+        try:
+            return self.client.info("replication")
+        except redis.ResponseError:  # INFO refused (an ACL): nothing known, nothing waited for
+            return {}
 
     def _missing(self, name: str) -> SequenceNotFound:
         seen = self._seen.get(name)
@@ -628,6 +675,78 @@ class RedisStore:
     def close(self) -> None:
         if self._owns_client:
             self.client.close()
+
+
+class Replication:
+    """What a :class:`RedisStore` knows of its primary's replicas, and what it waits for.
+
+    ``replicas`` fixed, or ``None``: the most replicas seen connected to the
+    current primary. A new ``master_replid`` is a new primary (a promoted
+    replica, or a restart that lost the data): its replicas are counted
+    afresh and the next block says ``failover``.
+    """
+
+    def __init__(self, replicas: int | None, timeout: float) -> None:
+        if replicas is not None and (
+            isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0
+        ):
+            raise InvalidSequenceConfig(
+                f"replicas={replicas!r}; use the number of replicas that must have a "
+                "reservation before it is served (0: none), or None to wait for those connected"
+            )
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+            raise InvalidSequenceConfig(f"replica_timeout={timeout!r}; use seconds above 0")
+        self.replicas = replicas
+        self.timeout = float(timeout)
+        self.known = False
+        self.seen = 0
+        self.replid: str | None = None
+        self._failover = False
+        self._guard = threading.Lock()
+
+    def wanted(self) -> int:
+        """How many replicas the next reservation waits for."""
+        return self.seen if self.replicas is None else self.replicas
+
+    def note(self, info: Mapping[str, Any]) -> None:
+        """Take in an ``INFO replication`` reply."""
+        replid = info.get("master_replid")
+        with self._guard:
+            self.known = True
+            if replid is not None and self.replid is not None and replid != self.replid:
+                log.warning(
+                    "Redis primary changed (replication id %s, was %s): a failover, or a "
+                    "restart without the data; blocks reserved before are dropped",
+                    replid,
+                    self.replid,
+                )
+                self._failover = True
+                self.seen = 0
+            if replid is not None:
+                self.replid = replid
+            if info.get("role") == "master":
+                self.seen = max(self.seen, int(info.get("connected_slaves", 0)))
+
+    def check(self, name: str, first: int, last: int, acknowledged: int, wanted: int) -> None:
+        """Raise unless ``wanted`` replicas acknowledged the reservation of ``first..last``."""
+        if acknowledged >= wanted:
+            return
+        raise StoreUnavailable(
+            f"sequence {name!r}: {acknowledged} of {wanted} Redis replica(s) acknowledged the "
+            f"reservation of {first}..{last} within {self.timeout}s; those values are skipped, "
+            "since a failover to a replica without them would hand them out again. Bring the "
+            "replicas back, or pass RedisStore(replicas=...) the number that must have each "
+            "reservation (0: never wait, and accept repeats after a failover)",
+            name=name,
+            operation="reserve",
+            reason="not replicated",
+        )
+
+    def failed_over(self) -> bool:
+        """Whether the primary changed since the last call."""
+        with self._guard:
+            changed, self._failover = self._failover, False
+        return changed
 
 
 def _row_args(config: SequenceConfig) -> list[str | int]:

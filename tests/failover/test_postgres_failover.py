@@ -15,7 +15,7 @@ from autoseq import BufferPolicy, SequenceConfig, SequenceLock
 from autoseq.stores import SQLStore
 
 from .servers import PostgresPair
-from .traffic import Client, Count, Traffic
+from .traffic import Client, run
 
 pytestmark = pytest.mark.postgres
 
@@ -68,34 +68,6 @@ def trial(postgres_pair: Callable[..., PostgresPair]) -> Iterator[Callable[..., 
     yield build
     for made in trials:
         made.close()
-
-
-def run(
-    clients: list[Client],
-    before_loss: Callable[[], None],
-    lose: Callable[[], None],
-    then: list[Client] | None = None,
-) -> Count:
-    """Traffic; ``before_loss`` (the standby falls behind); ``lose`` (the primary goes); traffic.
-
-    ``then``: the first clients stop before the loss and these take over,
-    as processes started afresh do, knowing nothing of what the first ones
-    served (so no fence of theirs can hide a reservation that was lost).
-    """
-    with Traffic(clients) as traffic:
-        traffic.run_until(0.5, traffic.all_moved_since([0] * len(clients)))
-        before_loss()
-        traffic.run_until(0.6)
-        if then is not None:
-            traffic.stop()  # they go down with the primary's machine
-        lose()
-        if then is None:
-            marks = traffic.marks()
-            traffic.run_until(0.5, traffic.all_moved_since(marks))
-            return Count.of(clients, marks)
-    with Traffic(then) as traffic:
-        traffic.run_until(0.5, traffic.all_moved_since([0] * len(then)))
-    return Count.of(clients + then, [client.taken() for client in clients] + [0] * len(then))
 
 
 def test_async_standby_failover_one_process_never_repeats(trial: Callable[..., Trial]) -> None:
