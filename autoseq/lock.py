@@ -39,7 +39,7 @@ import warnings
 import weakref
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from autoseq import _hooks, signals
@@ -471,11 +471,14 @@ class SequenceLock:
         compare-and-set and the reservation is made again. A cycling row
         wraps on purpose and is left alone.
         """
+        failover = False
         for _ in range(_FENCE_TRIES):
+            failover = failover or block.failover
             high = self._high
             if high is None or block.cycled or block.row.cycle or block.first > high:
-                if block.failover:
+                if failover:
                     signals.store_failover.send(self, name=self.name, first=block.first)
+                    block = replace(block, failover=True)
                 return block
             log.warning(
                 "sequence %r: the store handed out %d..%d again, at or below %d already "

@@ -143,6 +143,12 @@ class AutoseqMetrics(Collector):
         self.leases_lost = counter(
             "worker_leases_lost", "Snowflake worker-id leases lost (not renewed in time)."
         )
+        self.failovers = counter(
+            "failovers", "Reservations that found another primary (buffered blocks dropped)."
+        )
+        self.rows_went_back = counter(
+            "rows_went_back", "Reservations below values reserved before, skipped (lost writes)."
+        )
         self._generators: weakref.WeakSet[Any] = weakref.WeakSet()
         registry.register(self)
         signals.block_reserved.connect(self._on_reserved)
@@ -153,6 +159,8 @@ class AutoseqMetrics(Collector):
         signals.block_released.connect(self._on_released)
         signals.worker_lease_acquired.connect(self._on_lease_acquired)
         signals.worker_lease_lost.connect(self._on_lease_lost)
+        signals.store_failover.connect(self._on_failover)
+        signals.row_went_back.connect(self._on_went_back)
 
     # what the signals say ------------------------------------------------------
 
@@ -202,6 +210,12 @@ class AutoseqMetrics(Collector):
 
     def _on_cycled(self, sender: Any, **kw: Any) -> None:
         self.cycled.labels(*self._key(sender, kw["name"])).inc()
+
+    def _on_failover(self, sender: Any, **kw: Any) -> None:
+        self.failovers.labels(*self._key(sender, kw["name"])).inc()
+
+    def _on_went_back(self, sender: Any, **kw: Any) -> None:
+        self.rows_went_back.labels(*self._key(sender, kw["name"])).inc()
 
     def _on_released(self, sender: Any, **kw: Any) -> None:
         self.released_values.labels(*self._key(sender, kw["name"])).inc(int(kw["count"]))
