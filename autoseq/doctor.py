@@ -17,6 +17,10 @@ and for the store as a whole:
   rows (a copy or restore of the database without it restarts every sequence).
 * ``redis_persistence``: ``appendonly``/``appendfsync``/``maxmemory-policy``
   (a Redis restart without the rows repeats values).
+* ``replication``: whether a failover (or a crash) could repeat values: a
+  PostgreSQL primary with asynchronous standbys only, or
+  ``synchronous_commit=off``; a Redis with replicas the store does not
+  ``WAIT`` for. The store says (``replication_findings()``).
 * ``store``: the store answers at all.
 
 :func:`examine` returns a :class:`Report`; the ``autoseq doctor`` command,
@@ -338,6 +342,7 @@ def examine(
     report = Report(describe(store))
     _check_companion(store, report)
     _check_redis(store, report)
+    _check_replication(store, report)
     _check_worker_leases(store, report)
     for check in list(EXTRA_CHECKS):
         try:
@@ -607,6 +612,19 @@ def _check_redis(store: SequenceStore, report: Report) -> None:
             "redis_persistence",
             f"appendonly=yes appendfsync=always maxmemory-policy={policy or '?'}",
         )
+
+
+def _check_replication(store: SequenceStore, report: Report) -> None:
+    findings = getattr(store, "replication_findings", None)
+    if not callable(findings):
+        return
+    try:
+        found: list[tuple[Level, str]] = findings()
+    except StoreUnavailable as exc:
+        report.add("warning", "replication", f"could not be checked: {_one_line(exc)}")
+        return
+    for level, message in found:
+        report.add(level, "replication", message)
 
 
 # the command line -----------------------------------------------------------------

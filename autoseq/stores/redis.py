@@ -633,6 +633,38 @@ class RedisStore:
             return {}
         return settings
 
+    def replication_findings(self) -> list[tuple[str, str]]:
+        """(level, message) pairs for ``doctor``: could a failover repeat values?"""
+        with self._errors("doctor", "reading INFO replication"):
+            info = self._replication_info()
+        if not info:
+            return [("warning", "INFO replication was refused: replicas cannot be checked")]
+        if info.get("role") != "master":
+            return [("error", "this Redis is a replica: reservations cannot be written here")]
+        connected = int(info.get("connected_slaves", 0))
+        wanted = self.replication.replicas
+        if connected and wanted == 0:
+            return [
+                (
+                    "warning",
+                    f"{connected} replica(s) connected but RedisStore(replicas=0) does not wait "
+                    "for them: a failover to one can hand out again values served from a "
+                    "block it had not received; leave replicas=None (the default) or set it",
+                )
+            ]
+        if wanted is not None and wanted > connected:
+            return [
+                (
+                    "error",
+                    f"RedisStore(replicas={wanted}) but {connected} replica(s) connected: every "
+                    "reservation fails until they are back",
+                )
+            ]
+        if connected:
+            waits = connected if wanted is None else wanted
+            return [("ok", f"each reservation waits for {waits} of {connected} replica(s)")]
+        return []
+
     def _warn_if_volatile(self) -> None:
         if self._warned_volatile:
             return

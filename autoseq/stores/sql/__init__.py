@@ -58,6 +58,7 @@ from autoseq.stores.sql._replication import (
     Replication,
     validate_synchronous_commit,
 )
+from autoseq.stores.sql._replication import findings as replication_findings
 from autoseq.stores.sql._statements import _TABLE_NAME as _TABLE_NAME
 from autoseq.stores.sql._statements import (
     _Conflict,
@@ -612,6 +613,19 @@ class SQLStore:
         if not exists:
             raise SequenceNotFound(row.name)
         return self.read(row.name) if written else None
+
+
+    def replication_findings(self) -> list[tuple[str, str]]:
+        """(level, message) pairs for ``doctor``: could a failover repeat values? (PostgreSQL)"""
+        if self.replication is None:
+            return []
+        with (
+            self._errors("doctor", "reading the replication settings"),
+            self._connection() as connection,
+        ):
+            return replication_findings(
+                connection.connection.dbapi_connection, self.replication.synchronous_commit
+            )
 
     def _missing_table(self, exc: BaseException) -> bool:
         return missing_table(exc, self.table_name)

@@ -134,6 +134,74 @@ class Replication:
             self._warnings.collected = None
 
 
+_STANDBYS = "SELECT application_name, sync_state FROM pg_stat_replication"
+_SERVER_LEVEL = "SELECT reset_val FROM pg_settings WHERE name = 'synchronous_commit'"
+_REPEATS = (
+    "a failover to one of them can hand out again values served from a block it had not "
+    "received yet, to another process"
+)
+
+
+def findings(connection: Any, level: str | None) -> list[tuple[str, str]]:
+    """(level, message) pairs: could a failover or a crash repeat values on this server?
+
+    ``connection`` is a DBAPI connection to the primary, ``level`` the
+    store's ``synchronous_commit``.
+    """
+    cursor = connection.cursor()
+    cursor.execute(_STANDBYS)
+    standbys = cursor.fetchall()
+    cursor.execute(_SERVER_LEVEL)
+    (server_level,) = cursor.fetchone()
+    cursor.close()
+    found: list[tuple[str, str]] = []
+    effective = server_level if level is None else level
+    if effective == "off":
+        found.append(
+            (
+                "error",
+                "synchronous_commit=off for the store's sessions (the server's or role's "
+                "setting): a crash loses acknowledged reservations and values repeat; pass "
+                'SQLStore(synchronous_commit="on") (the default)',
+            )
+        )
+    states = [state for _name, state in standbys]
+    if standbys and all(state is None for state in states):
+        found.append(
+            (
+                "warning",
+                f"{len(standbys)} standby(s) stream from this server but their sync_state is "
+                "hidden from this user; grant it pg_monitor so doctor can tell whether a "
+                "failover could repeat values",
+            )
+        )
+    elif states and not any(state in ("sync", "quorum") for state in states):
+        found.append(
+            (
+                "warning",
+                f"{len(states)} asynchronous standby(s) and no synchronous one: {_REPEATS}. "
+                "Make one synchronous (synchronous_standby_names = 'ANY 1 (...)'): autoseq "
+                "then waits for it at every reservation",
+            )
+        )
+    elif states and effective == "local":
+        found.append(
+            (
+                "warning",
+                'a synchronous standby, but SQLStore(synchronous_commit="local") does not '
+                f'wait for it: {_REPEATS}; use "on"',
+            )
+        )
+    elif states and effective != "off":
+        found.append(
+            (
+                "ok",
+                f"reservations wait for the synchronous standby (synchronous_commit={effective})",
+            )
+        )
+    return found
+
+
 class _Notices:
     """psycopg2's ``connection.notices``: keeps the warnings for the thread that runs."""
 
