@@ -136,3 +136,13 @@ def test_cancelled_synchronous_commit_never_repeats(trial: Callable[..., Trial])
         count = run(made.clients(processes=3), pair.link.cut, pair.fail_over, made.clients(3))
     assert count.after_failover > 0, count
     assert count.twice == 0, str(count)
+
+
+def test_sync_standby_failover_never_repeats(trial: Callable[..., Trial]) -> None:
+    """Primary lost with a synchronous standby cut off: processes after it never repeat a value."""
+    made = trial(sync=True)
+    pair = made.pair
+    assert pair.link is not None
+    count = run(made.clients(processes=3), pair.link.cut, pair.fail_over, made.clients(3))
+    assert count.after_failover > 0, count
+    assert count.twice == 0, str(count)

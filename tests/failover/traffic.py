@@ -140,7 +140,14 @@ def run(
         if then is None:
             marks = traffic.marks()
             traffic.run_until(0.5, traffic.all_moved_since(marks))
-            return Count.of(clients, marks)
+            return shown(Count.of(clients, marks))
     with Traffic(then) as traffic:
         traffic.run_until(0.5, traffic.all_moved_since([0] * len(then)))
-    return Count.of(clients + then, [client.taken() for client in clients] + [0] * len(then))
+    marks = [client.taken() for client in clients] + [0] * len(then)
+    return shown(Count.of(clients + then, marks))
+
+
+def shown(count: Count) -> Count:
+    """``count``, printed for the record (``pytest -s`` shows it, passing or not)."""
+    print(f"failover trial: {count}")
+    return count
