@@ -614,7 +614,6 @@ class SQLStore:
             raise SequenceNotFound(row.name)
         return self.read(row.name) if written else None
 
-
     def replication_findings(self) -> list[tuple[str, str]]:
         """(level, message) pairs for ``doctor``: could a failover repeat values? (PostgreSQL)"""
         if self.replication is None:
