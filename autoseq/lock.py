@@ -54,7 +54,15 @@ from autoseq.errors import (
 from autoseq.pacing import DEFAULT_MAX_BATCH_COUNT, Backoff, BlockSizer, LowRemainingAlarm
 from autoseq.stores.base import MAX_MANY, Block, SequenceStore, check_many
 
-__all__ = ["DEFAULT_MAX_BATCH_COUNT", "GIL", "MAX_MANY", "BufferPolicy", "SequenceLock"]
+__all__ = [
+    "DEFAULT_CLOSE_TIMEOUT",
+    "DEFAULT_MAX_BATCH_COUNT",
+    "GIL",
+    "MAX_MANY",
+    "BufferPolicy",
+    "SequenceLock",
+    "close_locks",
+]
 
 log = logging.getLogger("autoseq")
 
@@ -576,6 +584,10 @@ class SequenceLock:
                 continue
             with self._lock:
                 self._loading = False
+                if self._closed:
+                    # close() gave up waiting for it: a gap, never served.
+                    self._cond.notify_all()
+                    return
                 buffer = self._buffer
                 buffer.add(block)
                 if buffer.fast_until != buffer.last:
@@ -626,28 +638,122 @@ class SequenceLock:
         (compare-and-set on ``current``), so a restart continues without a gap.
         ``wait=False`` does not wait for a reservation in flight (and then
         hands nothing back, since the store may be ahead of what is known).
+        To close many locks within one deadline, use :func:`close_locks`.
+        """
+        tail = self.stop(wait_until=time.monotonic() + self.policy.wait_timeout if wait else 0.0)
+        if not release or tail is None:
+            return False
+        try:
+            return self.hand_back(tail)
+        except AutoseqError:
+            return False
+
+    def stop(self, *, wait_until: float = 0.0) -> Block | None:
+        """Close without a store round trip; the unused tail to hand back, if known.
+
+        Waits until ``wait_until`` (monotonic) for a reservation in flight;
+        if it is still in flight, None: the store may be ahead of what is
+        known, and a block it brings later is dropped, never served.
         """
         with self._cond:
             if self._closed:
-                return False
+                return None
             self._closed = True
-            deadline = time.monotonic() + self.policy.wait_timeout
-            while wait and self._loading and self._pid == os.getpid():
-                if not self._cond.wait(max(0.0, deadline - time.monotonic())):
+            while self._loading and self._pid == os.getpid():
+                if not self._cond.wait(max(0.0, wait_until - time.monotonic())):
                     break
             self._wake.set()
             self._settle()
             tail = None if self._loading else self._buffer.unused_tail()
             self._buffer.clear()
-        if not release or tail is None:
-            return False
-        try:
-            released = self.store.release(tail)
-        except AutoseqError:
-            return False
+        return tail
+
+    def hand_back(self, tail: Block) -> bool:
+        """Compare-and-set ``tail`` back to the store (after :meth:`stop`); True if it went."""
+        released = self.store.release(tail)
         if released:
             signals.block_released.send(self, name=self.name, first=tail.first, count=tail.count)
         return released
+
+
+#: Seconds a whole shutdown (every lock of a registry, or of the process) may take.
+DEFAULT_CLOSE_TIMEOUT = 5.0
+
+
+def close_locks(
+    locks: list[SequenceLock],
+    *,
+    release: bool = True,
+    wait: bool = True,
+    timeout: float = DEFAULT_CLOSE_TIMEOUT,
+) -> list[tuple[str, Block]]:
+    """Close ``locks`` within ``timeout`` seconds in all; the tails not handed back.
+
+    Hand-backs run one after another in a daemon thread that is waited for
+    until the deadline only. After a store fails one (or the deadline
+    passes) the tails left for it are not tried: each stays a gap, which
+    is safe, and they are logged in one line. A hand-back still in flight
+    at the deadline is a compare-and-set, so whether it lands or not no
+    value can be handed out twice.
+    """
+    deadline = time.monotonic() + timeout
+    tails = []
+    for lock in locks:
+        tail = lock.stop(wait_until=deadline if wait else 0.0)
+        if release and tail is not None:
+            tails.append((lock, tail))
+    if not tails:
+        return []
+    handing = _HandBacks(tails, deadline)
+    thread = threading.Thread(target=handing.run, name="autoseq-hand-back", daemon=True)
+    thread.start()
+    thread.join(max(0.0, deadline - time.monotonic()))
+    left = handing.stop()
+    if left:
+        log.warning(
+            "shutdown: %d unused tail(s) not handed back (left as gaps, safe): %s",
+            len(left),
+            ", ".join(f"{name} {block.first}..{block.last}" for name, block in left),
+        )
+    return left
+
+
+class _HandBacks:
+    """The hand-backs of one shutdown, run by one thread, given up at a deadline."""
+
+    def __init__(self, tails: list[tuple[SequenceLock, Block]], deadline: float) -> None:
+        self._tails = tails
+        self._deadline = deadline
+        self._done: set[int] = set()  # indexes handed back, or refused by the compare-and-set
+        self._down: set[int] = set()  # id() of stores that failed one
+        self._guard = threading.Lock()
+        self._stopped = False
+
+    def run(self) -> None:
+        for index, (lock, tail) in enumerate(self._tails):
+            with self._guard:
+                if self._stopped or time.monotonic() >= self._deadline:
+                    return
+                if id(lock.store) in self._down:
+                    continue
+            try:
+                lock.hand_back(tail)
+            except Exception:  # noqa: BLE001 - a failing store: its tails stay gaps
+                with self._guard:
+                    self._down.add(id(lock.store))
+                continue
+            with self._guard:
+                self._done.add(index)
+
+    def stop(self) -> list[tuple[str, Block]]:
+        """Give up what is not done; the (name, tail) pairs not handed back."""
+        with self._guard:
+            self._stopped = True
+            return [
+                (lock.name, tail)
+                for index, (lock, tail) in enumerate(self._tails)
+                if index not in self._done
+            ]
 
 
 def _after_fork_in_child() -> None:
@@ -658,9 +764,11 @@ def _after_fork_in_child() -> None:
 def _close_all_at_exit() -> None:
     # Best effort: hand back what is unused unless the store is failing, and
     # never wait for a reservation in flight, so exit is never held up long.
-    for lock in list(_locks):
-        with contextlib.suppress(Exception):  # the interpreter is exiting
-            lock.close(release=lock._backoff.error is None, wait=False)
+    locks = list(_locks)
+    failing = [lock for lock in locks if lock._backoff.error is not None]
+    with contextlib.suppress(Exception):  # the interpreter is exiting
+        close_locks(failing, release=False, wait=False)
+        close_locks([lock for lock in locks if lock not in failing], wait=False)
 
 
 _hooks.on_fork(after_in_child=_after_fork_in_child)

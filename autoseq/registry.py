@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 import weakref
 from collections.abc import Callable, Hashable
 from typing import Any, Generic, TypeVar
@@ -10,8 +11,8 @@ from typing import Any, Generic, TypeVar
 from autoseq import _hooks
 from autoseq.config import SequenceConfig, validate_name
 from autoseq.errors import GaplessUnavailable, SequenceNotFound
-from autoseq.lock import BufferPolicy, SequenceLock
-from autoseq.stores.base import SequenceStore
+from autoseq.lock import DEFAULT_CLOSE_TIMEOUT, BufferPolicy, SequenceLock, close_locks
+from autoseq.stores.base import Block, SequenceStore
 
 
 def opening_row(config: SequenceConfig, floor: int | None) -> SequenceConfig:
@@ -161,18 +162,27 @@ class SequenceRegistry:
             lock.close(release=release)
         return lock is not None
 
-    def close_locks(self, *, release: bool = True) -> None:
-        """Close every lock (handing unused tails back) and keep the store open."""
+    def close_locks(
+        self, *, release: bool = True, timeout: float = DEFAULT_CLOSE_TIMEOUT
+    ) -> list[tuple[str, Block]]:
+        """Close every lock (handing unused tails back) and keep the store open.
+
+        Takes at most ``timeout`` seconds whatever the number of locks; with
+        the store down, the tails not handed back are logged in one line,
+        left as gaps (safe) and returned as (name, tail) pairs.
+        """
         with self._guard:
             locks = list(self._locks.values())
             self._locks.clear()
-        for lock in locks:
-            lock.close(release=release)
+        return close_locks(locks, release=release, timeout=timeout)
 
-    def close(self, *, release: bool = True) -> None:
-        """Close every lock (handing unused tails back) and then the store."""
-        self.close_locks(release=release)
+    def close(
+        self, *, release: bool = True, timeout: float = DEFAULT_CLOSE_TIMEOUT
+    ) -> list[tuple[str, Block]]:
+        """Close every lock within ``timeout`` seconds (see :meth:`close_locks`), then the store."""
+        left = self.close_locks(release=release, timeout=timeout)
         self.store.close()
+        return left
 
 
 K = TypeVar("K", bound=Hashable)
@@ -200,7 +210,7 @@ class RegistryCache(Generic[K]):
         build: Callable[[], SequenceRegistry],
         *,
         tag: object = None,
-        on_stale: Callable[[SequenceRegistry], None] | None = None,
+        on_stale: Callable[[SequenceRegistry], object] | None = None,
     ) -> SequenceRegistry:
         """The registry of ``key``, built by ``build()`` if missing or stale."""
         entry = self._entries.get(key)
@@ -233,10 +243,14 @@ class RegistryCache(Generic[K]):
             self._entries.clear()
         return registries
 
-    def close_all(self) -> None:
-        """Forget and close every registry: unused tails go back, stores close."""
+    def close_all(self, *, timeout: float = DEFAULT_CLOSE_TIMEOUT) -> None:
+        """Forget and close every registry: unused tails go back, stores close.
+
+        Within ``timeout`` seconds in all, however many registries there are.
+        """
+        deadline = time.monotonic() + timeout
         for registry in self.clear():
-            registry.close()
+            registry.close(timeout=max(0.0, deadline - time.monotonic()))
 
     def _after_fork_in_child(self) -> None:
         # A thread of the parent may have held the lock at fork.
