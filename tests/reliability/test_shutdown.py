@@ -10,12 +10,13 @@ store is back continues past every value handed out.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import Any
 
 import pytest
 
-from autoseq import BufferPolicy, SequenceConfig, SequenceRegistry
+from autoseq import AutoseqError, BufferPolicy, SequenceConfig, SequenceRegistry
 
 from .faultproxy import FaultProxy
 from .harness import Check, tally
@@ -93,3 +94,39 @@ def test_close_hands_every_tail_back_when_healthy(network_target: Any) -> None:
     for config in configs():
         assert after.register(config).next() == taken[config.name][-1] + 1
     after.close()
+
+
+def prefetch_alive(name: str) -> bool:
+    return any(t.name == f"autoseq-prefetch-{name}" for t in threading.enumerate())
+
+
+@pytest.mark.timeout(120)
+def test_close_does_not_wait_for_a_stalled_prefetch(network_target: Any) -> None:
+    """A prefetch stuck on a stalled store holds close() up no longer than its deadline."""
+    host, port = network_target.address
+    config = SequenceConfig("shutprefetch", batch_count=20)
+    values: list[int] = []
+    with FaultProxy(port, host) as proxy:
+        # The store's own timeouts (10 s and more) are longer than close()'s deadline.
+        registry = SequenceRegistry(network_target.open(network_target.spec_via(proxy.port)))
+        lock = registry.register(config)
+        values.append(lock.next())
+        proxy.stall()
+        while not lock.stats()["loading"]:
+            values.append(lock.next())
+        time.sleep(0.5)  # the worker is now inside its reservation, waiting on the store
+        started = time.monotonic()
+        registry.close()
+        seconds = time.monotonic() - started
+        proxy.heal()
+        healed = time.monotonic()
+        while prefetch_alive(config.name) and time.monotonic() - healed < 60:
+            time.sleep(0.05)
+        with pytest.raises(AutoseqError, match="closed"):
+            values.append(lock.next())
+    assert seconds < CLOSE_BOUND, f"close() waited {seconds:.1f}s for a stalled prefetch"
+    after = SequenceRegistry(network_target.open())
+    later = after.register(config).next()
+    after.close()
+    assert later > max(values)
+    assert Check.of([*values, later]).duplicates == 0
