@@ -38,7 +38,7 @@ import time
 import warnings
 import weakref
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -705,9 +705,8 @@ def close_locks(
     if not tails:
         return []
     handing = _HandBacks(tails, deadline)
-    thread = threading.Thread(target=handing.run, name="autoseq-hand-back", daemon=True)
-    thread.start()
-    thread.join(max(0.0, deadline - time.monotonic()))
+    if not run_until(handing.run, "autoseq-hand-back", deadline):
+        handing.run()  # no new thread at interpreter exit (3.12+): one failure still ends it
     left = handing.stop()
     if left:
         log.warning(
@@ -716,6 +715,21 @@ def close_locks(
             ", ".join(f"{name} {block.first}..{block.last}" for name, block in left),
         )
     return left
+
+
+def run_until(task: Callable[[], None], name: str, deadline: float) -> bool:
+    """Run ``task`` on a daemon thread waited for until ``deadline``; False if none could start.
+
+    At interpreter exit (Python 3.12+) no thread can start: the caller then
+    runs ``task`` itself.
+    """
+    thread = threading.Thread(target=task, name=name, daemon=True)
+    try:
+        thread.start()
+    except RuntimeError:
+        return False
+    thread.join(max(0.0, deadline - time.monotonic()))
+    return True
 
 
 class _HandBacks:

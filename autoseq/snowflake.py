@@ -38,6 +38,7 @@ from autoseq.errors import (
     StoreUnavailable,
     WorkersExhausted,
 )
+from autoseq.lock import DEFAULT_CLOSE_TIMEOUT, run_until
 from autoseq.stores.base import check_many
 from autoseq.workers import WorkerLease, WorkerLeases, worker_leases
 
@@ -300,13 +301,19 @@ class Snowflake:
         """Years until the timestamp bits run out."""
         return (self.max_timestamp_ms - self._ns() // 1_000_000) / MS_PER_YEAR
 
-    def close(self) -> None:
-        """Stop the heartbeat and release the lease; ``next()`` raises afterwards."""
+    def close(self, *, timeout: float = DEFAULT_CLOSE_TIMEOUT) -> None:
+        """Stop the heartbeat and release the lease; ``next()`` raises afterwards.
+
+        Takes at most ``timeout`` seconds: a release the store has not
+        confirmed by then is logged and left to expire (``lease_ttl``), which
+        is safe, since this generator makes no ID after it is closed.
+        """
+        deadline = time.monotonic() + timeout
         self._stop.set()
         heartbeat = self._heartbeat
         if heartbeat is not None and heartbeat is not threading.current_thread():
             # a renewal stuck on the store ends within its timeouts; exit need not wait longer
-            heartbeat.join(timeout=min(self.lease_ttl, 10.0))
+            heartbeat.join(timeout=min(self.lease_ttl, 10.0, _left(deadline)))
         with self._lock:
             lease, self._lease = self._lease, None
             self._revoke()
@@ -315,10 +322,30 @@ class Snowflake:
             last = self._state[2]
         _live.discard(self)
         if lease is not None and self._pid == os.getpid():
+            self._release_by(lease, last, deadline)
+
+    def _release_by(self, lease: WorkerLease, last: int, deadline: float) -> None:
+        failed: list[BaseException] = []
+        done: list[bool] = []
+
+        def release() -> None:
             try:
                 self._leases.release_worker(lease, last)
-            except StoreUnavailable as exc:
-                log.warning("autoseq: releasing worker %s failed (%s)", lease.worker, exc)
+            except Exception as exc:  # noqa: BLE001 - logged below; the lease expires
+                failed.append(exc)
+            done.append(True)
+
+        if not run_until(release, "autoseq-release-worker", deadline):
+            release()  # no new thread at interpreter exit (3.12+)
+        if failed or not done:
+            why = failed[0] if failed else "no answer from the store in time"
+            log.warning(
+                "autoseq: worker %s of %r not released (%s); it frees itself in %ss",
+                lease.worker,
+                self.name,
+                why,
+                self.lease_ttl,
+            )
 
     def __enter__(self) -> Snowflake:
         return self
@@ -634,9 +661,21 @@ class Snowflake:
 _live: weakref.WeakSet[Snowflake] = weakref.WeakSet()
 
 
+def _left(deadline: float) -> float:
+    return max(0.0, deadline - time.monotonic())
+
+
+def close_generators(
+    generators: list[Snowflake], *, timeout: float = DEFAULT_CLOSE_TIMEOUT
+) -> None:
+    """Close ``generators`` within ``timeout`` seconds in all (see :meth:`Snowflake.close`)."""
+    deadline = time.monotonic() + timeout
+    for generator in generators:
+        generator.close(timeout=_left(deadline))
+
+
 def _close_all() -> None:
-    for generator in list(_live):
-        generator.close()
+    close_generators(list(_live))
 
 
 def _after_fork() -> None:
@@ -654,5 +693,6 @@ __all__ = [
     "Snowflake",
     "SnowflakeParts",
     "WorkersExhausted",
+    "close_generators",
     "decode",
 ]

@@ -1125,8 +1125,10 @@ def close_snowflakes() -> None:
     with _snowflakes_guard:
         generators = list(_snowflakes.values())
         _snowflakes.clear()
-    for generator in generators:
-        generator.close()
+    if generators:
+        from autoseq.snowflake import close_generators
+
+        close_generators(generators)  # within one deadline in all
 
 
 def _forget_snowflake_guard_after_fork() -> None:

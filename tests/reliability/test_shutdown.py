@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from autoseq import AutoseqError, BufferPolicy, SequenceConfig, SequenceRegistry
+from autoseq.snowflake import Snowflake
 
 from .faultproxy import FaultProxy
 from .harness import Check, tally
@@ -130,3 +131,27 @@ def test_close_does_not_wait_for_a_stalled_prefetch(network_target: Any) -> None
     after.close()
     assert later > max(values)
     assert Check.of([*values, later]).duplicates == 0
+
+
+@pytest.mark.timeout(120)
+def test_snowflake_close_is_bounded_with_the_store_stalled(
+    network_target: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Snowflake.close() on a stalled store ends within its deadline and logs the lease left."""
+    host, port = network_target.address
+    with FaultProxy(port, host) as proxy:
+        # The store's own timeouts (10 s and more) are longer than close()'s deadline.
+        generator = Snowflake(network_target.open(network_target.spec_via(proxy.port)), name="shut")
+        before = [generator.next() for _ in range(100)]
+        worker = generator.worker_id
+        proxy.stall()
+        caplog.set_level(logging.WARNING, logger="autoseq")
+        started = time.monotonic()
+        generator.close()
+        seconds = time.monotonic() - started
+        proxy.heal()
+    assert seconds < CLOSE_BOUND, f"Snowflake.close() took {seconds:.1f}s on a stalled store"
+    assert any(f"worker {worker} " in r.getMessage() for r in caplog.records), caplog.text
+    with Snowflake(network_target.open(), name="shut") as after:
+        later = [after.next() for _ in range(100)]
+    assert Check.of([*before, *later], start=0).duplicates == 0
