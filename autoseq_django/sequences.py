@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import time
 from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections, router
 
 from autoseq import SequenceConfig, SequenceLock, SequenceNotFound, SequenceRegistry
+from autoseq.lock import DEFAULT_CLOSE_TIMEOUT
 from autoseq.registry import RegistryCache
 from autoseq_django import conf
 
@@ -315,8 +317,11 @@ def reset() -> None:
     registries = _registries.clear()
     _urls.clear()
     kept = set(map(id, _memory_stores.values()))
+    # One deadline for them all: each registry's own would add up.
+    deadline = time.monotonic() + DEFAULT_CLOSE_TIMEOUT
     for found in registries:
+        left = max(0.0, deadline - time.monotonic())
         if id(found.store) not in kept:
-            found.close()
+            found.close(timeout=left)
             continue
-        found.close_locks()
+        found.close_locks(timeout=left)
