@@ -1144,6 +1144,7 @@ __all__ = [
     "SequenceField",
     "SequenceSpec",
     "SnowflakeField",
+    "application_tables",
     "close_registries",
     "close_snowflakes",
     "default_registry",
@@ -1171,22 +1172,90 @@ def _check_bind_driver(target: Any) -> None:
 # Alembic and create_all --------------------------------------------------------
 
 
+#: Key in ``MetaData.info``: the store tables the user named with the helpers below.
+_NAMED_KEY = "autoseq_named_tables"
+#: Key in ``Table.info`` of a store table: "declared" by a column itself, or "named" by the user.
+_STORE_KEY = "autoseq_store_table"
+
+
+def _declare_store_tables(column: Column[Any], table: Any) -> None:
+    """Declare ``sys_sequence`` / ``sys_worker`` where a generated column joins a table.
+
+    So that Alembic autogenerate and ``create_all()`` see the tables the store
+    makes at run time without a line of the user's (issue 31), and
+    ``sys_sequence_gapless`` for a gapless column (where SQLite keeps its rows,
+    in the application's file; it stays empty on a server). Listening on
+    every ``Column`` (not on each field's) also covers the copies a mixin or
+    ``Table.to_metadata()`` makes. Only the default names: a store on another
+    table is declared with the helpers below, which then take the default one back.
+    """
+    kind = _kind_of(column)
+    metadata = getattr(table, "metadata", None)
+    if kind is None or not isinstance(metadata, sa.MetaData):
+        return
+    named = metadata.info.get(_NAMED_KEY, {})
+    if kind is _SnowflakeTarget:
+        if "worker" not in named:
+            _declare(metadata, "sys_worker", _worker_table)
+    elif "sequence" not in named:
+        _declare(metadata, "sys_sequence", _sequence_table)
+        spec = serial_spec(column)
+        if spec is not None and spec.gapless:  # SQLite keeps these rows in the app's file
+            _declare(metadata, "sys_sequence_gapless", _sequence_table)
+
+
+event.listen(Column, "after_parent_attach", _declare_store_tables)
+
+
+def _declare(
+    metadata: sa.MetaData, name: str, build: Callable[[str, sa.MetaData], sa.Table]
+) -> None:
+    if name not in metadata.tables:
+        build(name, metadata).info[_STORE_KEY] = "declared"
+
+
+def _include(
+    metadata: sa.MetaData,
+    kind: str,
+    name: str,
+    default: str,
+    build: Callable[[str, sa.MetaData], sa.Table],
+) -> sa.Table:
+    """Declare the user's table ``name``; a default one a column declared earlier goes."""
+    metadata.info.setdefault(_NAMED_KEY, {})[kind] = name
+    declared = metadata.tables.get(default)
+    if name != default and declared is not None and declared.info.get(_STORE_KEY) == "declared":
+        metadata.remove(declared)
+    table = metadata.tables.get(name)
+    if table is None:
+        table = build(name, metadata)
+        table.info[_STORE_KEY] = "named"
+    return table
+
+
+def application_tables(metadata: sa.MetaData) -> list[sa.Table]:
+    """``metadata``'s tables without the store's own (``sys_sequence``, ``sys_worker``...).
+
+    For a test suite that empties its database with
+    ``metadata.drop_all(engine, tables=application_tables(metadata))`` and
+    must keep the sequence rows (a shared database, a live registry).
+    """
+    return [table for table in metadata.sorted_tables if _STORE_KEY not in table.info]
+
+
 def include_sequence_table(metadata: sa.MetaData, name: str = "sys_sequence") -> sa.Table:
     """Declare ``sys_sequence`` in ``metadata`` (idempotent) and return it.
 
-    The one line an Alembic project adds beside its models: autogenerate then
+    A ``SequenceField``, ``SerialField`` or ``sequence_column`` declares the
+    default ``sys_sequence`` by itself; call this for a store on another table
+    (``SQLStore(table=...)``), whose name it takes instead. Alembic autogenerate then
     writes ``create_table('sys_sequence', ...)`` (every column, ``version``
     included) into the migration, adds a column a later autoseq needs to an
     older table, and never proposes to drop the table because the
     application's metadata no longer mentions it. ``metadata.create_all()``
     creates it too, and ``drop_all()`` drops it: see docs/sqlalchemy.md.
     """
-    from autoseq.stores.sql import sequence_table
-
-    existing = metadata.tables.get(name)
-    if existing is not None:
-        return existing
-    return sequence_table(name, metadata)
+    return _include(metadata, "sequence", name, "sys_sequence", _sequence_table)
 
 
 def include_worker_table(metadata: sa.MetaData, name: str = "sys_worker") -> sa.Table:
@@ -1199,11 +1268,18 @@ def include_worker_table(metadata: sa.MetaData, name: str = "sys_worker") -> sa.
     name is ``sys_worker`` beside ``sys_sequence``, else ``<table>_worker``
     (:func:`autoseq.workers.sql.worker_table_name`).
     """
+    return _include(metadata, "worker", name, "sys_worker", _worker_table)
+
+
+def _sequence_table(name: str, metadata: sa.MetaData) -> sa.Table:
+    from autoseq.stores.sql import sequence_table
+
+    return sequence_table(name, metadata)
+
+
+def _worker_table(name: str, metadata: sa.MetaData) -> sa.Table:
     from autoseq.workers.sql import worker_table
 
-    existing = metadata.tables.get(name)
-    if existing is not None:
-        return existing
     return worker_table(name, metadata)
 
 

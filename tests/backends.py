@@ -112,7 +112,7 @@ def installed_orm(db_url: str, metadata: Any, **session_options: Any) -> Iterato
     from sqlalchemy.orm import sessionmaker
 
     from autoseq import SequenceRegistry
-    from autoseq.sqlalchemy import install, uninstall
+    from autoseq.sqlalchemy import application_tables, install, uninstall
     from autoseq.stores.sql import SQLStore
 
     engine = make_engine(db_url)
@@ -130,5 +130,5 @@ def installed_orm(db_url: str, metadata: Any, **session_options: Any) -> Iterato
         registry.close(release=False)
         store.drop_table()
         store.close()
-        metadata.drop_all(engine)
+        metadata.drop_all(engine, tables=application_tables(metadata))
         engine.dispose()

@@ -22,6 +22,7 @@ from backends import async_url, unique_table
 
 from autoseq import MAX_VALUE, SequenceConfig
 from autoseq.cli import COMMANDS, main, register
+from autoseq.sqlalchemy import application_tables
 from autoseq.stores.sql import SQLStore
 
 
@@ -87,7 +88,7 @@ def app_table(db_url: str) -> Iterator[Callable[[list[int]], str]]:
         return table.name
 
     yield make
-    metadata.drop_all(engine)
+    metadata.drop_all(engine, tables=application_tables(metadata))
     engine.dispose()
 
 

@@ -18,6 +18,7 @@ from backends import REDIS_URL, drop_sql_store, unavailable, unique_table
 from autoseq import SequenceConfig
 from autoseq.cli import main
 from autoseq.doctor import ColumnUse, examine
+from autoseq.sqlalchemy import application_tables
 from autoseq.stores.sql import SQLStore
 
 
@@ -77,7 +78,7 @@ def sql(db_url: str) -> Iterator[SqlSetup]:
         return app.name
 
     yield SqlSetup(db_url, table, store, make_rows)
-    metadata.drop_all(engine)
+    metadata.drop_all(engine, tables=application_tables(metadata))
     engine.dispose()
     drop_sql_store(store)
 

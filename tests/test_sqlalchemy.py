@@ -36,6 +36,7 @@ from autoseq import (
 from autoseq.errors import AutoseqError, UnsupportedInsert
 from autoseq.sqlalchemy import (
     SequenceField,
+    application_tables,
     close_registries,
     default_registry,
     get_registry,
@@ -302,7 +303,7 @@ def test_core_on_a_connection_opened_before_install_still_gets_values(db_url: st
         uninstall(engine)
         registry.close(release=False)
         store.drop_table()
-        models.base.metadata.drop_all(engine)
+        models.base.metadata.drop_all(engine, tables=application_tables(models.base.metadata))
         engine.dispose()
 
 
@@ -364,7 +365,7 @@ def test_auto_create_off_raises_sequence_not_found(db_url: str) -> None:
         uninstall(maker)
         store.drop_table()
         store.close()
-        models.base.metadata.drop_all(engine)
+        models.base.metadata.drop_all(engine, tables=application_tables(models.base.metadata))
         engine.dispose()
 
 
@@ -406,7 +407,7 @@ def test_mixin_columns_take_one_sequence_per_table(setup: Setup, db_url: str) ->
             names[1]: 101,
         }
     finally:
-        Base.metadata.drop_all(setup.engine)
+        Base.metadata.drop_all(setup.engine, tables=application_tables(Base.metadata))
 
 
 def test_joined_inheritance_uses_the_parent_tables_sequence(setup: Setup) -> None:
@@ -437,7 +438,7 @@ def test_joined_inheritance_uses_the_parent_tables_sequence(setup: Setup) -> Non
             assert [o.id for o in objects] == [1, 2, 3]
         assert [row.name for row in setup.store.read_all()] == [parent]
     finally:
-        Base.metadata.drop_all(setup.engine)
+        Base.metadata.drop_all(setup.engine, tables=application_tables(Base.metadata))
 
 
 def test_core_table_with_sequence_column(setup: Setup) -> None:
@@ -458,7 +459,7 @@ def test_core_table_with_sequence_column(setup: Setup) -> None:
             ids = connection.execute(sa.select(table.c.id).order_by(table.c.id)).scalars().all()
         assert ids == [100, 105, 110]
     finally:
-        metadata.drop_all(setup.engine)
+        metadata.drop_all(setup.engine, tables=application_tables(metadata))
 
 
 # which install covers what -----------------------------------------------------
@@ -560,7 +561,7 @@ def test_default_store_is_sys_sequence_in_the_binds_database(db_url: str) -> Non
         store.delete(models.orders_seq)
         store.delete(models.codes_seq)
         close_registries()
-        models.base.metadata.drop_all(engine)
+        models.base.metadata.drop_all(engine, tables=application_tables(models.base.metadata))
         if not existed:
             store.drop_table()
         engine.dispose()
@@ -637,7 +638,7 @@ def test_many_blocks_inside_one_open_transaction_with_a_rollback_in_the_middle(
         uninstall(maker)
         registry.close(release=False)
         store.drop_table()
-        models.base.metadata.drop_all(engine)
+        models.base.metadata.drop_all(engine, tables=application_tables(models.base.metadata))
         engine.dispose()
 
 

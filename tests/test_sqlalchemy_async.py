@@ -19,7 +19,14 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from autoseq import AutoseqError, SequenceRegistry
-from autoseq.sqlalchemy import SequenceField, close_registries, get_registry, install, uninstall
+from autoseq.sqlalchemy import (
+    SequenceField,
+    application_tables,
+    close_registries,
+    get_registry,
+    install,
+    uninstall,
+)
 from autoseq.stores.sql import SQLStore, store_url
 
 pytest.importorskip("sqlalchemy.ext.asyncio")
@@ -57,7 +64,9 @@ def run(db_url: str, body: Callable[[Any, Any, type[DeclarativeBase]], Awaitable
             await body(engine, order, base)
         finally:
             async with engine.begin() as connection:
-                await connection.run_sync(base.metadata.drop_all)
+                await connection.run_sync(
+                    base.metadata.drop_all, tables=application_tables(base.metadata)
+                )
             await engine.dispose()
 
     asyncio.run(main())

@@ -17,7 +17,7 @@ from backends import unique_table
 from sqlalchemy.orm import DeclarativeBase, Mapped, sessionmaker
 
 from autoseq import SequenceRegistry
-from autoseq.sqlalchemy import SequenceField, install
+from autoseq.sqlalchemy import SequenceField, application_tables, install
 from autoseq.stores.sql import SQLStore
 
 PROCESSES = 4
@@ -99,5 +99,5 @@ def test_processes_creating_the_same_sequence_at_once_get_one_row(db_url: str) -
     finally:
         store.drop_table()
         store.close()
-        metadata.drop_all(engine)
+        metadata.drop_all(engine, tables=application_tables(metadata))
         engine.dispose()

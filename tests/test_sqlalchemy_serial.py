@@ -13,7 +13,14 @@ from backends import installed_orm, unique_table
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
 from autoseq import GaplessUnavailable, InvalidSequenceConfig, SequenceRegistry
-from autoseq.sqlalchemy import SequenceField, SerialField, install, serial_column, uninstall
+from autoseq.sqlalchemy import (
+    SequenceField,
+    SerialField,
+    application_tables,
+    install,
+    serial_column,
+    uninstall,
+)
 from autoseq.stores import MemoryStore
 from autoseq.stores.sql import SQLStore
 
@@ -273,7 +280,7 @@ def test_two_gapless_serials_in_one_flush_lock_in_name_order(db_url: str) -> Non
         uninstall(maker)
         store.drop_table()
         store.close()
-        Base.metadata.drop_all(engine)
+        Base.metadata.drop_all(engine, tables=application_tables(Base.metadata))
         engine.dispose()
 
 
@@ -317,7 +324,7 @@ def test_gapless_sequence_field_is_an_integer_key_given_back_on_rollback(db_url:
         uninstall(engine)
         store.drop_table()
         store.close()
-        Base.metadata.drop_all(engine)
+        Base.metadata.drop_all(engine, tables=application_tables(Base.metadata))
         engine.dispose()
 
 
@@ -349,7 +356,7 @@ def test_gapless_sequence_field_starts_past_keys_already_stored(db_url: str) -> 
         uninstall(maker)
         store.drop_table()
         store.close()
-        Base.metadata.drop_all(engine)
+        Base.metadata.drop_all(engine, tables=application_tables(Base.metadata))
         engine.dispose()
 
 

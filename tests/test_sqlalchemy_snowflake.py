@@ -13,7 +13,13 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from autoseq import InvalidSequenceConfig
 from autoseq.snowflake import Snowflake
-from autoseq.sqlalchemy import SnowflakeField, close_snowflakes, install, uninstall
+from autoseq.sqlalchemy import (
+    SnowflakeField,
+    application_tables,
+    close_snowflakes,
+    install,
+    uninstall,
+)
 from autoseq.stores.sql import SQLStore
 from autoseq.workers.sql import SQLWorkers
 
@@ -45,7 +51,7 @@ def world(db_url: str) -> Iterator[World]:
     yield World(engine, store, Event, Event.__table__)  # type: ignore[arg-type]
     close_snowflakes()
     uninstall(engine)
-    Base.metadata.drop_all(engine)
+    Base.metadata.drop_all(engine, tables=application_tables(Base.metadata))
     SQLWorkers(store).drop_table()
     store.close()
     engine.dispose()
@@ -120,7 +126,7 @@ def test_a_given_generator_is_used(world: World) -> None:
                 ids = session.scalars(sa.select(Thing.id)).all()
             assert {gen.decode(v).worker for v in ids} == {gen.worker_id}
         finally:
-            Base.metadata.drop_all(world.engine)
+            Base.metadata.drop_all(world.engine, tables=application_tables(Base.metadata))
 
 
 def test_reserved_arguments_are_refused() -> None:

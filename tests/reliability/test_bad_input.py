@@ -24,6 +24,7 @@ from autoseq import (
     SequenceRegistry,
     signals,
 )
+from autoseq.sqlalchemy import application_tables
 
 from .harness import TALLIES
 
@@ -379,5 +380,5 @@ def test_explicit_non_integer_key_is_refused_by_the_sqlalchemy_integration(
             assert session.execute(sa.select(sa.func.count()).select_from(order)).scalar() == 0
     finally:
         uninstall(maker)
-        Base.metadata.drop_all(engine)
+        Base.metadata.drop_all(engine, tables=application_tables(Base.metadata))
         engine.dispose()

@@ -21,7 +21,7 @@ from backends import async_url, drop_sql_store, installed_orm, unique_table
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
 from autoseq import SequenceRegistry
-from autoseq.sqlalchemy import SequenceField, SerialField, install, uninstall
+from autoseq.sqlalchemy import SequenceField, SerialField, application_tables, install, uninstall
 from autoseq.stores.sql import SQLStore
 
 
@@ -273,7 +273,9 @@ def test_an_async_session_retry_takes_fresh_numbers(db_url: str) -> None:
         finally:
             uninstall(maker)
             async with engine.begin() as connection:
-                await connection.run_sync(Base.metadata.drop_all)
+                await connection.run_sync(
+                    Base.metadata.drop_all, tables=application_tables(Base.metadata)
+                )
             await engine.dispose()
 
     try:

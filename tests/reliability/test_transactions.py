@@ -24,6 +24,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import DeclarativeBase, Session, mapped_column, sessionmaker
 
 from autoseq import BufferPolicy, SequenceConfig, SequenceRegistry
+from autoseq.sqlalchemy import application_tables
 from autoseq.stores.sql import store_url
 
 from .harness import HERE, Check, read_values, spawn, tally, value_files
@@ -155,7 +156,7 @@ def test_session_rollback_and_savepoint_never_repeat(
         assert check.duplicates == 0, f"repeated keys {check.repeated(gone + kept)}"
     finally:
         uninstall(maker)
-        Base.metadata.drop_all(app_engine)
+        Base.metadata.drop_all(app_engine, tables=application_tables(Base.metadata))
     tally(
         record_property,
         sql_target.id,
