@@ -180,3 +180,11 @@ class GaplessUnavailable(AutoseqError):
     gives them back; where there is no such transaction (Redis, autocommit,
     no connection given) the value would be lost, leaving a gap.
     """
+
+
+class StoreTableInUse(AutoseqError):
+    """A migration would drop a store table (``sys_sequence``, ``sys_worker``) that holds rows.
+
+    Every sequence in it would start over and hand out keys already used;
+    live snowflake generators would lose their worker-id leases.
+    """

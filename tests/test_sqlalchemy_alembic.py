@@ -19,6 +19,8 @@ import sqlalchemy as sa
 from backends import sql_url
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
+from autoseq.alembic import ALLOW_DROP_ENV, STORE_TABLES
+from autoseq.errors import StoreTableInUse
 from autoseq.sqlalchemy import (
     SequenceField,
     SerialField,
@@ -293,6 +295,52 @@ def test_autogenerate_after_the_app_made_the_tables_proposes_no_drop(
     assert "'sys_sequence'" not in migration
     assert "'sys_worker'" not in migration
     engine.dispose()
+
+
+@pytest.mark.parametrize("fresh_url", BACKENDS, indirect=True)
+def test_a_downgrade_refuses_to_drop_live_sequence_rows(
+    fresh_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """downgrade base stops before dropping a store table with rows, unless told to."""
+    *models, metadata = zero_line_models()
+    engine = sa.create_engine(fresh_url)
+    cfg = alembic_project(tmp_path / "project")
+    migration = autogenerate(cfg, engine, metadata, "initial")
+    assert "autoseq.alembic.drop_store_table('sys_sequence')" in migration
+    assert "autoseq.alembic.drop_store_table('sys_worker')" in migration
+    assert "op.drop_table('orders')" in migration
+    upgrade(cfg, engine, metadata)
+    run_the_app(engine, models, 2)  # SQLite: gapless rows in app.db, the rest in the companion
+    before = store_rows(engine)
+    assert sum(before.values()) >= 1
+    monkeypatch.delenv(ALLOW_DROP_ENV, raising=False)
+    with pytest.raises(StoreTableInUse, match=r"row\(s\).*AUTOSEQ_ALLOW_DROP=sys_"):
+        downgrade(cfg, engine, metadata)
+    after = store_rows(engine)
+    assert {t: n for t, n in after.items() if n} == {t: n for t, n in before.items() if n}
+    if engine.dialect.name == "postgresql":  # transactional DDL: rolled back whole
+        assert after == before
+        assert "orders" in sa.inspect(engine).get_table_names()
+    monkeypatch.setenv(ALLOW_DROP_ENV, "1")
+    downgrade(cfg, engine, metadata)
+    assert store_rows(engine) == {}
+    engine.dispose()
+
+
+def store_rows(engine: sa.Engine) -> dict[str, int]:
+    """Rows per store table present in the application's database."""
+    present = set(sa.inspect(engine).get_table_names()) & STORE_TABLES
+    with engine.connect() as connection:
+        return {
+            table: connection.exec_driver_sql(f"SELECT count(*) FROM {table}").scalar_one()
+            for table in present
+        }
+
+
+def downgrade(cfg: Config, engine: sa.Engine, metadata: sa.MetaData) -> None:
+    with engine.begin() as connection:
+        cfg.attributes.update(connection=connection, metadata=metadata)
+        command.downgrade(cfg, "base")
 
 
 def test_a_custom_sequence_table_replaces_the_declared_default() -> None:
