@@ -223,6 +223,9 @@ def drop_store_table(table: str, *, schema: str | None = None) -> None:
     """
     from alembic import op
 
+    if op.get_context().as_sql:  # --sql writes a script: its reader runs it, knowingly
+        op.drop_table(table, schema=schema)
+        return
     connection = op.get_bind()
     if not sa.inspect(connection).has_table(table, schema=schema):
         return  # dropped by an earlier run where DDL is not transactional (SQLite, MariaDB)

@@ -299,7 +299,10 @@ def test_autogenerate_after_the_app_made_the_tables_proposes_no_drop(
 
 @pytest.mark.parametrize("fresh_url", BACKENDS, indirect=True)
 def test_a_downgrade_refuses_to_drop_live_sequence_rows(
-    fresh_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    fresh_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """downgrade base stops before dropping a store table with rows, unless told to."""
     *models, metadata = zero_line_models()
@@ -321,6 +324,9 @@ def test_a_downgrade_refuses_to_drop_live_sequence_rows(
     if engine.dialect.name == "postgresql":  # transactional DDL: rolled back whole
         assert after == before
         assert "orders" in sa.inspect(engine).get_table_names()
+    offline = downgrade_sql(cfg, engine, metadata, capsys)
+    assert "DROP TABLE sys_sequence" in offline  # a script to read: written, not refused
+    assert store_rows(engine) == after
     monkeypatch.setenv(ALLOW_DROP_ENV, "1")
     downgrade(cfg, engine, metadata)
     assert store_rows(engine) == {}
@@ -335,6 +341,17 @@ def store_rows(engine: sa.Engine) -> dict[str, int]:
             table: connection.exec_driver_sql(f"SELECT count(*) FROM {table}").scalar_one()
             for table in present
         }
+
+
+def downgrade_sql(
+    cfg: Config, engine: sa.Engine, metadata: sa.MetaData, capsys: pytest.CaptureFixture[str]
+) -> str:
+    """``alembic downgrade head:base --sql``: the script it prints."""
+    capsys.readouterr()
+    with engine.begin() as connection:
+        cfg.attributes.update(connection=connection, metadata=metadata)
+        command.downgrade(cfg, "head:base", sql=True)
+    return capsys.readouterr().out
 
 
 def downgrade(cfg: Config, engine: sa.Engine, metadata: sa.MetaData) -> None:
