@@ -100,7 +100,10 @@ class Setup:
             SLOW: model("Slow", integration.SequenceField(primary_key=True)),
         }
         self.metadata = Base.metadata
-        self.metadata.create_all(self.engine)
+        # Only the benchmark's own tables: the store here is on a table of its own, and the
+        # declared default sys_sequence of a shared server is not the benchmark's to drop.
+        self.own_tables = integration.application_tables(self.metadata)
+        self.metadata.create_all(self.engine, tables=self.own_tables)
         self.makers = {
             name: async_sessionmaker(self.async_engine, expire_on_commit=False)
             for name in self.models
@@ -142,7 +145,7 @@ class Setup:
         self.loop.run_until_complete(self.async_engine.dispose())
         self.loop.close()
         with contextlib.suppress(Exception):
-            self.metadata.drop_all(self.engine)
+            self.metadata.drop_all(self.engine, tables=self.own_tables)
         for store in (self.store, self.slow_store):
             store.drop_table()
             store.close()

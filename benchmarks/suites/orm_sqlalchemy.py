@@ -120,7 +120,10 @@ class Setup:
                 },
             )
         self.metadata = Base.metadata
-        self.metadata.create_all(self.engine)
+        # Only the benchmark's own tables: the store here is on a table of its own, and the
+        # declared default sys_sequence of a shared server is not the benchmark's to drop.
+        self.own_tables = integration.application_tables(self.metadata)
+        self.metadata.create_all(self.engine, tables=self.own_tables)
         self.Session = sessionmaker(self.engine)
         integration.install(self.Session, store=self.store)
         self.integration = integration
@@ -143,7 +146,7 @@ class Setup:
     def close(self) -> None:
         self.integration.uninstall(self.Session)
         with contextlib.suppress(Exception):
-            self.metadata.drop_all(self.engine)
+            self.metadata.drop_all(self.engine, tables=self.own_tables)
         self.store.drop_table()
         self.store.close()
         self.engine.dispose()
