@@ -147,43 +147,100 @@ def _url(args: argparse.Namespace) -> str:
     return str(args.url)
 
 
+#: The driver autoseq installs for each SQL database a URL may name without one.
+SQL_SCHEMES = {
+    "sqlite": "sqlite",
+    "postgresql": "postgresql+psycopg",
+    "postgres": "postgresql+psycopg",
+    "mysql": "mysql+pymysql",
+    "mariadb": "mariadb+pymysql",
+}
+ACCEPTED_URLS = (
+    "sqlite:///PATH, postgresql://, mysql://, mariadb:// (optionally +driver), "
+    "mongodb://, mongodb+srv://, redis://, rediss://"
+)
+#: Seconds the command line waits for a server: a person is waiting.
+CONNECT_TIMEOUT = 3.0
+
+
 def open_store(args: argparse.Namespace) -> SequenceStore:
     """The store ``--url`` names (SQL, ``mongodb://``, ``redis://``) with ``--sequence-table``."""
     url = _url(args)
-    scheme = url.split(":", 1)[0].lower()
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
     if scheme in ("mongodb", "mongodb+srv"):
-        try:
-            from autoseq.stores.mongo import MongoStore
-        except ImportError:  # pragma: no cover - the mongoengine extra is missing
-            raise UsageError(
-                "mongodb:// URLs need pymongo: pip install 'autoseq[mongoengine]'"
-            ) from None
-        try:
-            return MongoStore(url, collection=args.sequence_table)
-        except Exception as exc:
-            if isinstance(exc, AutoseqError):
-                raise
-            raise UsageError(f"cannot use --url {url!r}: {exc}") from None
+        return _open_mongo(url, args.sequence_table)
     if scheme in ("redis", "rediss", "unix"):
         try:
             from autoseq.stores.redis import RedisStore
-        except ImportError:  # pragma: no cover - the redis extra is missing
+        except ImportError:
             raise UsageError("redis:// URLs need redis-py: pip install 'autoseq[redis]'") from None
         return RedisStore(url, prefix=args.sequence_table)
+    return _open_sql(_sql_url(url, scheme), args.sequence_table)
+
+
+def _sql_url(url: str, scheme: str) -> str:
+    """``url`` with the driver autoseq installs where it names none (``postgres://``)."""
+    backend, plus, _ = scheme.partition("+")
+    if backend not in SQL_SCHEMES:
+        raise UsageError(
+            f"--url {scheme or url!r}:// is not a URL autoseq reads; use {ACCEPTED_URLS}"
+        )
+    if plus:
+        return url
+    return SQL_SCHEMES[backend] + url[len(scheme) :]
+
+
+def _open_mongo(url: str, collection: str) -> SequenceStore:
+    try:
+        from autoseq.stores.mongo import MongoStore, ping
+    except ImportError:
+        raise UsageError(
+            "mongodb:// URLs need pymongo: pip install 'autoseq[mongoengine]'"
+        ) from None
+    try:
+        store = MongoStore(url, collection=collection, timeout=CONNECT_TIMEOUT)
+    except Exception as exc:
+        if isinstance(exc, AutoseqError):
+            raise
+        raise UsageError(f"cannot use --url {url!r}: {exc}") from None
+    try:
+        ping(store, url)
+    except StoreUnavailable:
+        store.close()
+        raise
+    return store
+
+
+def _open_sql(url: str, table: str) -> SequenceStore:
     try:
         import sqlalchemy.exc
-    except ImportError:  # pragma: no cover - the sqlalchemy extra is missing
+    except ImportError:
         raise UsageError(
             "the SQL commands need SQLAlchemy: pip install 'autoseq[sqlalchemy]'"
         ) from None
-    from autoseq.stores.sql import SQLStore
+    from autoseq.stores.sql import SQLStore, check_driver
 
     try:
-        return SQLStore(url, table=args.sequence_table)
+        _check_sqlite_file(sqlalchemy.engine.make_url(url))
+        check_driver(url)  # says which extra to install
+        return SQLStore(url, table=table)
     except (sqlalchemy.exc.ArgumentError, sqlalchemy.exc.NoSuchModuleError) as exc:
         raise UsageError(f"cannot use --url {url!r}: {exc}") from None
-    except ImportError as exc:
-        raise UsageError(f"the driver for --url {url!r} is not installed: {exc}") from None
+
+
+def _check_sqlite_file(url: Any) -> None:
+    """Refuse a SQLite path with no database, before the store makes a file there.
+
+    The rows would go to an orphan ``PATH.autoseq`` beside no application (a
+    typo in the path); the application creates its database, not autoseq.
+    """
+    if url.get_backend_name() != "sqlite":
+        return
+    database = url.database or ""
+    if database in ("", ":memory:") or database.startswith("file:"):
+        return
+    if not os.path.exists(database):
+        raise UsageError(f"no SQLite database at {database}; create it first (or check the path)")
 
 
 def _has_table(store: SequenceStore) -> bool:
@@ -539,12 +596,13 @@ register(
 
 def _field_max(store: SequenceStore, collection: str, field: str) -> int | None:
     """The largest number in ``field`` of ``collection``, in the store's database."""
-    from autoseq.stores.mongo import validate_collection_name
+    from autoseq.stores.mongo import check_documents, validate_collection_name
 
     validate_collection_name(collection)
     if not field or field.startswith("$") or "\x00" in field:
         raise UsageError(f"--column {field!r} is not a document field name")
     database = store.collection.database  # type: ignore[attr-defined]
+    check_documents(database, collection, field)
     top = database[collection].find_one(
         {field: {"$type": "number"}}, sort=[(field, -1)], projection={field: 1}
     )

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from autoseq.cli import add_setting_arguments, given_settings
 from autoseq.config import SequenceConfig
@@ -44,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
     import pymongo
     from pymongo.errors import ConfigurationError, InvalidURI
 
+    from autoseq.cli import CONNECT_TIMEOUT
     from autoseq.stores.mongo import validate_collection_name
     from autoseq_mongoengine.adoption import adopt_sequence, validate_field_name
 
@@ -56,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidSequenceConfig("no MongoDB URL; pass --url mongodb://host:27017/mydb")
     try:
         client: pymongo.MongoClient[dict[str, object]] = pymongo.MongoClient(
-            args.url, serverSelectionTimeoutMS=10_000
+            args.url, serverSelectionTimeoutMS=int(CONNECT_TIMEOUT * 1000)
         )
     except (ConfigurationError, InvalidURI, ValueError) as exc:
         raise InvalidSequenceConfig(f"bad MongoDB URL {args.url!r}: {exc}") from None
@@ -67,6 +69,8 @@ def run(args: argparse.Namespace) -> int:
             raise InvalidSequenceConfig(
                 "name the database in the URL: mongodb://host:27017/mydb"
             ) from None
+        if documents:
+            _check_documents(database, documents, args.field, args.url)
         result = adopt_sequence(
             database,
             config,
@@ -89,6 +93,18 @@ def run(args: argparse.Namespace) -> int:
         outcome = f"next value is now {result.row.next_value}"
     print(f"sequence {result.name!r}: {found}; {outcome}")
     return 0
+
+
+def _check_documents(database: Any, collection: str, field: str, url: str) -> None:
+    """A missing collection or field is a typo (exit 2); a silent server, exit 1 in one line."""
+    from pymongo.errors import PyMongoError
+
+    from autoseq.stores.mongo import check_documents, unreachable
+
+    try:
+        check_documents(database, collection, field)
+    except PyMongoError as exc:
+        raise unreachable(exc, url) from None
 
 
 def register_commands() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sqlite3
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -132,3 +133,13 @@ def installed_orm(db_url: str, metadata: Any, **session_options: Any) -> Iterato
         store.close()
         metadata.drop_all(engine, tables=application_tables(metadata))
         engine.dispose()
+
+
+def make_app_database(url: str) -> str:
+    """``url``, with its SQLite file created: the application's database exists before autoseq."""
+    import sqlalchemy as sa
+
+    parsed = sa.engine.make_url(url)
+    if parsed.get_backend_name() == "sqlite" and parsed.database:
+        sqlite3.connect(parsed.database).close()
+    return url

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from backends import async_url, unique_table
+from backends import async_url, make_app_database, unique_table
 
 from autoseq import MAX_VALUE, SequenceConfig
 from autoseq.cli import COMMANDS, main, register
@@ -55,6 +55,7 @@ class Cli:
 def cli(db_url: str, capsys: pytest.CaptureFixture[str]) -> Iterator[Cli]:
     """``main([...])`` against ``db_url`` with a sequence table of the test's own."""
     table = unique_table("sys")
+    make_app_database(db_url)
     store = SQLStore(db_url, table=table)
 
     def run(*args: str) -> Result:
@@ -293,7 +294,9 @@ def test_bad_sequence_table_name_is_refused(
     db_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A --sequence-table that is not a plain identifier exits 2 before any I/O."""
-    status = main(["--url", db_url, "--sequence-table", "sys; DROP TABLE x", "init"])
+    status = main(
+        ["--url", make_app_database(db_url), "--sequence-table", "sys; DROP TABLE x", "init"]
+    )
     err = capsys.readouterr().err
     assert status == 2
     assert "plain identifier" in err
@@ -323,7 +326,7 @@ def test_url_from_environment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """AUTOSEQ_URL stands in for --url."""
-    monkeypatch.setenv("AUTOSEQ_URL", f"sqlite:///{tmp_path / 'env.db'}")
+    monkeypatch.setenv("AUTOSEQ_URL", make_app_database(f"sqlite:///{tmp_path / 'env.db'}"))
     assert main(["create", "from_env"]) == 0
     assert (tmp_path / "env.db.autoseq").exists()
 
@@ -341,7 +344,7 @@ def test_unreachable_server_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_console_script_runs_as_a_process(tmp_path: Path) -> None:
     """`python -m autoseq.cli` creates and lists sequences; errors exit 2 on stderr."""
-    url = f"sqlite:///{tmp_path / 'proc.db'}"
+    url = make_app_database(f"sqlite:///{tmp_path / 'proc.db'}")
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -517,7 +520,7 @@ def gapless_app(
     """
     from autoseq import Serial
 
-    url = f"sqlite:///{tmp_path / 'app.db'}"
+    url = make_app_database(f"sqlite:///{tmp_path / 'app.db'}")
     engine = sa.create_engine(url)
     store = SQLStore(url)
     serial = Serial(store, "invoices", "INV-{n:05d}", gapless=True)

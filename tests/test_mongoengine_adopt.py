@@ -187,3 +187,24 @@ def test_autoseq_command_has_mongo_adopt(
     assert "next value is now 13" in capsys.readouterr().out
     assert autoseq_main(["--url", url, "mongo-adopt", "--sequence", "x", "--field", "$a"]) == 2
     assert NewTicket(title="c").save().id == 13
+
+
+def test_cli_misspelled_collection_or_field_exits_2(
+    me_db: Any, mongo_server: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """adopt --collection/--field naming what is not there: one line, exit 2, no row."""
+    me_db["legacy"].insert_many([{"_id": 7, "no": 3}])
+    url = f"{mongo_server.url}/{me_db.name}"
+    cases = {
+        "'legaci'": ["--collection", "legaci"],
+        "'nr'": ["--collection", "legacy", "--field", "nr"],
+    }
+    for named, case in cases.items():
+        status = cli_main(["adopt", "--url", url, "--sequence", "legacy", *case])
+        assert status == 2, case
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1
+        assert named in lines[0]
+    assert "legacy" in lines[0]
+    assert "legaci" not in me_db.list_collection_names()
+    assert me_db["sys_sequence"].count_documents({}) == 0

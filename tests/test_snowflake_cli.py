@@ -6,7 +6,7 @@ import json
 from collections.abc import Iterator
 
 import pytest
-from backends import unique_table
+from backends import make_app_database, unique_table
 
 from autoseq.cli import main
 from autoseq.snowflake import Snowflake
@@ -73,6 +73,7 @@ def test_decode_refuses_what_is_no_id(capsys: pytest.CaptureFixture[str], value:
 def table(db_url: str) -> Iterator[str]:
     """A sequence table name of the test's own; its worker table is dropped afterwards."""
     name = unique_table("sys")
+    make_app_database(db_url)
     yield name
     store = SQLStore(db_url, table=name)
     SQLWorkers(store).drop_table()

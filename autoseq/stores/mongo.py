@@ -541,3 +541,49 @@ def _config(stored: Mapping[str, Any]) -> SequenceConfig:
 def row_document(config: SequenceConfig) -> dict[str, Any]:
     """The MongoDB document ``MongoStore`` stores for ``config`` (``_id`` = the name)."""
     return _document(config)
+
+
+def hide_password(url: str) -> str:
+    """``url`` with the password of its user part replaced by ``***``, for messages."""
+    return re.sub(r"^([a-z+]+://[^:/@]*):[^@/]*@", r"\1:***@", url)
+
+
+def ping(store: MongoStore, url: str) -> None:
+    """Raise ``StoreUnavailable`` in one line unless the server of ``store`` answers.
+
+    pymongo's own message carries the whole topology description; a person
+    at a shell needs the address and the cause.
+    """
+    try:
+        store.collection.database.client.admin.command("ping")
+    except PyMongoError as exc:
+        raise unreachable(exc, url) from None
+
+
+def unreachable(exc: BaseException, url: str) -> StoreUnavailable:
+    """A one-line ``StoreUnavailable`` for ``exc``: the address and cause, not the topology."""
+    cause = str(exc).split(", Timeout:", 1)[0]
+    return StoreUnavailable(f"cannot reach MongoDB at {hide_password(url)}: {cause}")
+
+
+def check_documents(database: Database[Any], collection: str, field: str) -> None:
+    """Raise ``InvalidSequenceConfig`` for a collection or field that is not there (a typo).
+
+    A collection that exists with no documents yet is not an error: there
+    is nothing to start past. One whose documents all lack ``field`` is.
+    """
+    names = database.list_collection_names()
+    if collection not in names:
+        known = ", ".join(sorted(n for n in names if not n.startswith("system."))) or "none"
+        raise InvalidSequenceConfig(
+            f"no collection {collection!r} in database {database.name!r} "
+            f"(its collections: {known}); check the collection name"
+        )
+    documents = database[collection]
+    if documents.find_one({}, projection={"_id": 1}) is None:
+        return
+    if documents.find_one({field: {"$exists": True}}, projection={"_id": 1}) is None:
+        raise InvalidSequenceConfig(
+            f"no document in {database.name}.{collection} has a field {field!r}; "
+            "check the field name"
+        )
