@@ -10,8 +10,10 @@
 every write goes through :mod:`autoseq.maintenance` (a compare-and-set on
 the row's version).
 
-Bad input gets one line on stderr and exit status 2, with nothing written; a
-store that fails (server down) gets exit status 1. ``--url`` defaults to
+Bad input gets one line on stderr and exit status 2, with nothing written
+(a typo in a table, collection or field, a SQLite path with no database, a
+URL scheme or driver autoseq cannot use); a store that fails (server down,
+3 s for MongoDB) gets exit status 1. ``--url`` defaults to
 ``$AUTOSEQ_URL``. Only the standard library and the core are imported up
 front; SQLAlchemy is imported by the commands that use it.
 
@@ -229,17 +231,21 @@ def _open_sql(url: str, table: str) -> SequenceStore:
 
 
 def _check_sqlite_file(url: Any) -> None:
-    """Refuse a SQLite path with no database, before the store makes a file there.
+    """Refuse a SQLite path with neither a database nor rows, before the store makes a file.
 
     The rows would go to an orphan ``PATH.autoseq`` beside no application (a
     typo in the path); the application creates its database, not autoseq.
+    Rows already in a companion whose database is gone are still served.
     """
+    from autoseq.stores.sql import store_url
+
     if url.get_backend_name() != "sqlite":
         return
     database = url.database or ""
     if database in ("", ":memory:") or database.startswith("file:"):
         return
-    if not os.path.exists(database):
+    companion = store_url(url)[0].database or ""
+    if not os.path.exists(database) and not os.path.exists(companion):
         raise UsageError(f"no SQLite database at {database}; create it first (or check the path)")
 
 

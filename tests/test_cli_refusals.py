@@ -17,6 +17,7 @@ import pytest
 import sqlalchemy as sa
 from backends import MYSQL_URL, POSTGRES_URL, REDIS_URL, sql_url, unique_table
 
+from autoseq import SequenceConfig
 from autoseq.cli import main
 from autoseq.stores.sql import SQLStore
 
@@ -73,6 +74,20 @@ def test_an_existing_sqlite_database_still_gets_its_companion(
     status, _, err = run(capsys, "--url", f"sqlite:///{database}", "init")
     assert status == 0, err
     assert (tmp_path / "app.db.autoseq").exists()
+
+
+def test_rows_in_a_companion_whose_database_is_gone_are_still_listed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A companion holding rows is served even where the application's file is missing."""
+    url = f"sqlite:///{tmp_path / 'app.db'}"
+    store = SQLStore(url)
+    store.create(SequenceConfig("orders", current=41))
+    store.close()
+    assert not (tmp_path / "app.db").exists()
+    status, out, err = run(capsys, "--url", url, "list")
+    assert status == 0, err
+    assert out.splitlines()[1].split()[:2] == ["orders", "41"]
 
 
 # URL schemes ------------------------------------------------------------------------
@@ -135,6 +150,7 @@ class Hide:
 
 
 sys.meta_path.insert(0, Hide())
+from autoseq import SequenceConfig
 from autoseq.cli import main
 
 sys.exit(main(sys.argv[2:]))
