@@ -206,7 +206,7 @@ def _open_mongo(url: str, collection: str) -> SequenceStore:
             raise
         raise UsageError(f"cannot use --url {url!r}: {exc}") from None
     try:
-        ping(store, url)
+        ping(store.collection.database.client, url)
     except StoreUnavailable:
         store.close()
         raise

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from typing import Any
 
 from autoseq.cli import add_setting_arguments, given_settings
 from autoseq.config import SequenceConfig
@@ -46,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     from pymongo.errors import ConfigurationError, InvalidURI
 
     from autoseq.cli import CONNECT_TIMEOUT
-    from autoseq.stores.mongo import validate_collection_name
+    from autoseq.stores.mongo import check_documents, ping, validate_collection_name
     from autoseq_mongoengine.adoption import adopt_sequence, validate_field_name
 
     config = SequenceConfig(args.sequence, **given_settings(vars(args), _NEW_ROW_SETTINGS))
@@ -63,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
     except (ConfigurationError, InvalidURI, ValueError) as exc:
         raise InvalidSequenceConfig(f"bad MongoDB URL {args.url!r}: {exc}") from None
     try:
+        ping(client, args.url)
         try:
             database = client.get_default_database()
         except ConfigurationError:
@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
                 "name the database in the URL: mongodb://host:27017/mydb"
             ) from None
         if documents:
-            _check_documents(database, documents, args.field, args.url)
+            check_documents(database, documents, args.field)
         result = adopt_sequence(
             database,
             config,
@@ -93,18 +93,6 @@ def run(args: argparse.Namespace) -> int:
         outcome = f"next value is now {result.row.next_value}"
     print(f"sequence {result.name!r}: {found}; {outcome}")
     return 0
-
-
-def _check_documents(database: Any, collection: str, field: str, url: str) -> None:
-    """A missing collection or field is a typo (exit 2); a silent server, exit 1 in one line."""
-    from pymongo.errors import PyMongoError
-
-    from autoseq.stores.mongo import check_documents, unreachable
-
-    try:
-        check_documents(database, collection, field)
-    except PyMongoError as exc:
-        raise unreachable(exc, url) from None
 
 
 def register_commands() -> None:

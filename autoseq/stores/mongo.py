@@ -548,14 +548,14 @@ def hide_password(url: str) -> str:
     return re.sub(r"^([a-z+]+://[^:/@]*):[^@/]*@", r"\1:***@", url)
 
 
-def ping(store: MongoStore, url: str) -> None:
-    """Raise ``StoreUnavailable`` in one line unless the server of ``store`` answers.
+def ping(client: pymongo.MongoClient[Any], url: str) -> None:
+    """Raise ``StoreUnavailable`` in one line unless the server ``client`` talks to answers.
 
     pymongo's own message carries the whole topology description; a person
     at a shell needs the address and the cause.
     """
     try:
-        store.collection.database.client.admin.command("ping")
+        client.admin.command("ping")
     except PyMongoError as exc:
         raise unreachable(exc, url) from None
 
