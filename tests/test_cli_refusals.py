@@ -242,46 +242,21 @@ def test_sync_on_an_existing_empty_collection_changes_nothing(
         client.close()
 
 
-def test_an_unreachable_mongodb_fails_fast_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["list"],
+        ["mongo-adopt", "--sequence", "ticket", "--collection", "tickets"],
+        ["mongo-adopt", "--sequence", "ticket", "--counter", "ticket.id"],
+    ],
+)
+def test_an_unreachable_mongodb_fails_fast_in_one_line(
+    command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
     """No server at the URL: exit 1 within seconds, the URL without its password, no topology."""
     url = "mongodb://admin:s3cret@127.0.0.1:1/app"
     started = time.monotonic()
-    status, out, err = run(capsys, "--url", url, "list")
-    elapsed = time.monotonic() - started
-    assert status == 1
-    assert out == ""
-    line = one_line(err)
-    assert "mongodb://admin:***@127.0.0.1:1/app" in line
-    assert "s3cret" not in line
-    assert "Topology" not in line
-    assert elapsed < 6
-
-
-@pytest.mark.parametrize("what", [["--collection", "tickets"], ["--counter", "ticket.id"]])
-def test_mongo_adopt_on_an_unreachable_server_fails_fast_in_one_line(
-    what: list[str], capsys: pytest.CaptureFixture[str]
-) -> None:
-    """mongo-adopt with no server: exit 1 within seconds, password hidden, no topology."""
-    url = "mongodb://admin:s3cret@127.0.0.1:1/app"
-    started = time.monotonic()
-    status, out, err = run(capsys, "--url", url, "mongo-adopt", "--sequence", "ticket", *what)
-    elapsed = time.monotonic() - started
-    assert (status, out) == (1, "")
-    line = one_line(err)
-    assert "mongodb://admin:***@127.0.0.1:1/app" in line
-    assert "s3cret" not in line
-    assert "Topology" not in line
-    assert elapsed < 6
-
-
-@pytest.mark.parametrize("what", [["--collection", "tickets"], ["--counter", "ticket.id"]])
-def test_mongo_adopt_on_an_unreachable_server_fails_fast_in_one_line(
-    what: list[str], capsys: pytest.CaptureFixture[str]
-) -> None:
-    """mongo-adopt with no server: exit 1 within seconds, password hidden, no topology."""
-    url = "mongodb://admin:s3cret@127.0.0.1:1/app"
-    started = time.monotonic()
-    status, out, err = run(capsys, "--url", url, "mongo-adopt", "--sequence", "ticket", *what)
+    status, out, err = run(capsys, "--url", url, *command)
     elapsed = time.monotonic() - started
     assert (status, out) == (1, "")
     line = one_line(err)
