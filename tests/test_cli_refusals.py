@@ -10,6 +10,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -185,61 +186,55 @@ def test_a_missing_driver_names_the_extra_to_install(module: str, url: str, extr
 # MongoDB: typos and a silent server -------------------------------------------------
 
 
-def mongo_url(mongo_server: Any, database: str) -> str:
-    return f"{mongo_server.url.rstrip('/')}/{database}"
+@pytest.fixture
+def mongo_app(mongo_server: Any, mongo_db_name: str) -> Iterator[tuple[str, Any]]:
+    """The URL of a fresh MongoDB database and a pymongo handle on it, dropped afterwards."""
+    import pymongo
+
+    url = f"{mongo_server.url.rstrip('/')}/{mongo_db_name}"
+    client: pymongo.MongoClient[dict[str, Any]] = pymongo.MongoClient(url)
+    try:
+        yield url, client[mongo_db_name]
+    finally:
+        client.drop_database(mongo_db_name)
+        client.close()
 
 
 @pytest.mark.mongodb
 def test_sync_on_a_misspelled_collection_or_field_exits_2(
-    mongo_server: Any, mongo_db_name: str, capsys: pytest.CaptureFixture[str]
+    mongo_app: tuple[str, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
     """sync --table/--column naming what is not there is a typo: exit 2, row unchanged."""
-    import pymongo
-
-    url = mongo_url(mongo_server, mongo_db_name)
-    client: pymongo.MongoClient[dict[str, Any]] = pymongo.MongoClient(url)
-    database = client[mongo_db_name]
-    try:
-        database["orders"].insert_many([{"_id": 1, "no": 40}, {"_id": 2, "no": 90}])
-        assert run(capsys, "--url", url, "create", "orders")[0] == 0
-        before = database["sys_sequence"].find_one({"_id": "orders"})
-        sync = ("--url", url, "sync", "orders")
-        status, out, err = run(capsys, *sync, "--table", "ordres", "--column", "no")
-        assert (status, out) == (2, "")
-        line = one_line(err)
-        assert "'ordres'" in line
-        assert "orders" in line.split("'ordres'", 1)[1]
-        status, out, err = run(capsys, *sync, "--table", "orders", "--column", "nr")
-        assert (status, out) == (2, "")
-        assert "'nr'" in one_line(err)
-        assert "ordres" not in database.list_collection_names()
-        assert database["sys_sequence"].find_one({"_id": "orders"}) == before
-    finally:
-        client.drop_database(mongo_db_name)
-        client.close()
+    url, database = mongo_app
+    database["orders"].insert_many([{"_id": 1, "no": 40}, {"_id": 2, "no": 90}])
+    assert run(capsys, "--url", url, "create", "orders")[0] == 0
+    before = database["sys_sequence"].find_one({"_id": "orders"})
+    sync = ("--url", url, "sync", "orders")
+    status, out, err = run(capsys, *sync, "--table", "ordres", "--column", "no")
+    assert (status, out) == (2, "")
+    line = one_line(err)
+    assert "'ordres'" in line
+    assert "orders" in line.split("'ordres'", 1)[1]
+    status, out, err = run(capsys, *sync, "--table", "orders", "--column", "nr")
+    assert (status, out) == (2, "")
+    assert "'nr'" in one_line(err)
+    assert "ordres" not in database.list_collection_names()
+    assert database["sys_sequence"].find_one({"_id": "orders"}) == before
 
 
 @pytest.mark.mongodb
 def test_sync_on_an_existing_empty_collection_changes_nothing(
-    mongo_server: Any, mongo_db_name: str, capsys: pytest.CaptureFixture[str]
+    mongo_app: tuple[str, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A collection that exists with no documents yet: "is empty; unchanged", exit 0."""
-    import pymongo
-
-    url = mongo_url(mongo_server, mongo_db_name)
-    client: pymongo.MongoClient[dict[str, Any]] = pymongo.MongoClient(url)
-    database = client[mongo_db_name]
-    try:
-        database.create_collection("orders")
-        assert run(capsys, "--url", url, "create", "orders")[0] == 0
-        status, out, err = run(
-            capsys, "--url", url, "sync", "orders", "--table", "orders", "--column", "no"
-        )
-        assert status == 0, err
-        assert "orders is empty; sequence 'orders' is unchanged" in out
-    finally:
-        client.drop_database(mongo_db_name)
-        client.close()
+    url, database = mongo_app
+    database.create_collection("orders")
+    assert run(capsys, "--url", url, "create", "orders")[0] == 0
+    status, out, err = run(
+        capsys, "--url", url, "sync", "orders", "--table", "orders", "--column", "no"
+    )
+    assert status == 0, err
+    assert "orders is empty; sequence 'orders' is unchanged" in out
 
 
 @pytest.mark.parametrize(
