@@ -53,6 +53,37 @@ def _sql_problem(url: str) -> str | None:
     return None
 
 
+#: Tables every model with a generated column declares in its metadata (zero-line
+#: Alembic): ``create_all()`` in a test makes them on a shared server if absent.
+DECLARED_STORE_TABLES = frozenset({"sys_sequence", "sys_sequence_gapless", "sys_worker"})
+
+
+def server_tables(url: str) -> set[str] | None:
+    """The tables of ``url``'s database, or None when the server cannot be reached."""
+    if _sql_problem(url):
+        return None
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(url)
+    try:
+        return set(sa.inspect(engine).get_table_names())
+    finally:
+        engine.dispose()
+
+
+def drop_tables(url: str, names: set[str]) -> None:
+    """Drop ``names`` from ``url``'s database where they exist."""
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(url)
+    try:
+        metadata = sa.MetaData()
+        metadata.reflect(engine, only=lambda name, _meta: name in names)
+        metadata.drop_all(engine)
+    finally:
+        engine.dispose()
+
+
 def sql_url(backend: str, tmp_path: os.PathLike[str] | str) -> str:
     """A database URL for ``backend``; SQLite gets a fresh file under ``tmp_path``."""
     if backend == "sqlite":

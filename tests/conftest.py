@@ -10,7 +10,16 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from backends import SQL_BACKENDS, sql_url, unique_table
+from backends import (
+    DECLARED_STORE_TABLES,
+    MYSQL_URL,
+    POSTGRES_URL,
+    SQL_BACKENDS,
+    drop_tables,
+    server_tables,
+    sql_url,
+    unique_table,
+)
 from mongo_server import command_log, me_db, mongo_db_name, mongo_server  # noqa: F401 - fixtures
 
 # The store contract lives in the package (shipped for third-party stores);
@@ -23,6 +32,17 @@ SQL_PARAMS = [
     else pytest.param(backend, id=backend)
     for backend in SQL_BACKENDS
 ]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_declared_store_tables_left() -> Iterator[None]:
+    """The run leaves the shared servers as it found them: store tables a run's
+    ``create_all()`` made there (the models declare them) are dropped at its end."""
+    before = {url: server_tables(url) for url in (POSTGRES_URL, MYSQL_URL)}
+    yield
+    for url, tables in before.items():
+        if tables is not None:
+            drop_tables(url, set(DECLARED_STORE_TABLES - tables))
 
 
 @pytest.fixture(params=SQL_PARAMS)
