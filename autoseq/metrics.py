@@ -37,6 +37,8 @@ Every metric has a ``store`` label (the store's URL without a password, as
 ``autoseq_exhausted_total``               counter  reservations refused at ``end``
 ``autoseq_cycled_total``                  counter  wraps from ``end`` to ``start``
 ``autoseq_released_values_total``         counter  unused values handed back on close
+``autoseq_failovers_total``                counter  reservations that found another primary
+``autoseq_rows_went_back_total``           counter  reservations below values reserved before
 ``autoseq_worker_leases_acquired_total``  counter  snowflake worker-id leases taken (``sequence``
                                                    is the snowflake layout's name)
 ``autoseq_worker_leases_lost_total``      counter  leases lost (not renewed in time, taken over)
@@ -45,24 +47,35 @@ Every metric has a ``store`` label (the store's URL without a password, as
 ``autoseq_snowflake_years_left``          gauge    years until the layout's timestamp bits end
 ========================================  =======  ===============================================
 
+Under gunicorn and other pre-fork servers, set ``PROMETHEUS_MULTIPROC_DIR``
+(prometheus_client's multi-process mode) and call
+``prometheus_client.multiprocess.mark_process_dead`` in ``child_exit``: each
+worker then writes its figures to that directory and :func:`wsgi_app`
+serves the sum over workers, whichever answers (docs/operations.md).
+
 This module imports prometheus_client; ``import autoseq`` never imports it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
 import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client import make_asgi_app as _make_asgi_app
 from prometheus_client import make_wsgi_app as _make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
-from autoseq import signals
+from autoseq import _hooks, signals
 from autoseq.doctor import describe
 from autoseq.errors import StoreUnavailable
 from autoseq.lock import SequenceLock
@@ -92,6 +105,104 @@ LATENCY_BUCKETS = (
 LABELS = ("store", "sequence")
 _Key = tuple[str, str]
 
+logger = logging.getLogger(__name__)
+
+#: The figures read from stats() at scrape time: name -> (kind, help, labels).
+_STATS_METRICS: dict[str, tuple[Callable[..., Metric], str, tuple[str, ...]]] = {
+    "values_served": (CounterMetricFamily, "Values handed to callers.", LABELS),
+    "caller_waits": (
+        CounterMetricFamily,
+        "Calls that found the buffer empty and waited for the store.",
+        LABELS,
+    ),
+    "store_unavailable_seconds": (
+        CounterMetricFamily,
+        "Seconds between a store failure and the next successful reservation.",
+        LABELS,
+    ),
+    "values_left": (GaugeMetricFamily, "Values not yet served before end.", LABELS),
+    "buffered_values": (
+        GaugeMetricFamily,
+        "Values held in this process's memory (current and next blocks).",
+        LABELS,
+    ),
+    "consumption_rate": (
+        GaugeMetricFamily,
+        "Values per second between the latest reservations.",
+        LABELS,
+    ),
+    "next_block_ready": (
+        GaugeMetricFamily,
+        "1 when the next block is already reserved in memory.",
+        LABELS,
+    ),
+    "store_up": (
+        GaugeMetricFamily,
+        "0 from a store failure until a reservation succeeds again.",
+        LABELS,
+    ),
+    "worker_lease_held": (
+        GaugeMetricFamily,
+        "1 while the generator holds its worker-id lease, else 0.",
+        (*LABELS, "worker"),
+    ),
+    "snowflake_years_left": (
+        GaugeMetricFamily,
+        "Years until the layout's timestamp bits run out.",
+        LABELS,
+    ),
+}
+
+#: How the workers' gauges combine in multi-process mode (only live processes
+#: count, so gunicorn's ``child_exit`` must call ``mark_process_dead``): what
+#: is held adds up; what must hold everywhere (ready, up, time left) is the
+#: worst worker's.
+_GAUGE_MODES: dict[str, Literal["livemin", "livesum"]] = {
+    "values_left": "livemin",
+    "buffered_values": "livesum",
+    "consumption_rate": "livesum",
+    "next_block_ready": "livemin",
+    "store_up": "livemin",
+    "worker_lease_held": "livesum",
+    "snowflake_years_left": "livemin",
+}
+
+
+def multiprocess_dir() -> str | None:
+    """prometheus_client's multi-process directory, or None when each process counts alone."""
+    return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
+
+
+@dataclass
+class _Snapshot:
+    """The stats() figures of one process at one moment, per (store, sequence)."""
+
+    counts: dict[_Key, list[int]] = field(default_factory=dict)  # served, waits
+    lefts: dict[_Key, float] = field(default_factory=dict)
+    held: dict[_Key, float] = field(default_factory=dict)
+    rates: dict[_Key, float] = field(default_factory=dict)
+    readiness: dict[_Key, float] = field(default_factory=dict)
+    outages: dict[_Key, float] = field(default_factory=dict)
+    failing: set[_Key] = field(default_factory=set)
+    leases: dict[tuple[str, str, str], float] = field(default_factory=dict)
+    years: dict[_Key, float] = field(default_factory=dict)
+
+    def gauges(self) -> Iterator[tuple[str, tuple[str, ...], float]]:
+        """(metric, labels, value) of every gauge sample."""
+        named: tuple[tuple[str, dict[Any, float]], ...] = (
+            ("values_left", self.lefts),
+            ("buffered_values", self.held),
+            ("consumption_rate", self.rates),
+            ("next_block_ready", self.readiness),
+            ("worker_lease_held", self.leases),
+            ("snowflake_years_left", self.years),
+        )
+        for name, values in named:
+            for key, number in sorted(values.items()):
+                yield name, key, number
+        for key in sorted(self.outages):
+            yield "store_up", key, 0.0 if key in self.failing else 1.0
+
 
 class AutoseqMetrics(Collector):
     """The autoseq metrics of this process, registered in ``registry``.
@@ -100,8 +211,14 @@ class AutoseqMetrics(Collector):
     weakly, so dropping it disconnects them.
     """
 
-    def __init__(self, registry: CollectorRegistry = REGISTRY, namespace: str = "autoseq") -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry = REGISTRY,
+        namespace: str = "autoseq",
+        publish_interval: float = 1.0,
+    ) -> None:
         self.namespace = namespace
+        self.publish_interval = publish_interval
         # Re-entrant: a lock collected while we hold it runs _retire on this thread.
         self._guard = threading.RLock()
         self._locks: weakref.WeakSet[SequenceLock] = weakref.WeakSet()
@@ -115,6 +232,12 @@ class AutoseqMetrics(Collector):
         self._down_since: dict[_Key, float] = {}
         self._down_total: dict[_Key, float] = {}
         self._registries: list[weakref.ref[Any]] = []
+        # Multi-process mode: the stats() figures as metrics in the shared files,
+        # what each counter already published, and which process publishes.
+        self._shared = None if multiprocess_dir() is None else _shared_metrics(namespace)
+        self._published: dict[tuple[str, tuple[str, ...]], float] = {}
+        self._publish_guard = threading.Lock()
+        self._publisher_pid: int | None = None
 
         def counter(name: str, doc: str, *labels: str) -> Counter:
             return Counter(f"{namespace}_{name}", doc, [*LABELS, *labels], registry=registry)
@@ -179,10 +302,12 @@ class AutoseqMetrics(Collector):
         return (label, str(name))
 
     def _track(self, sender: Any) -> None:
+        self._start_publishing()
         if isinstance(sender, SequenceLock) and sender not in self._locks:
             with self._guard:
                 self._locks.add(sender)
-                weakref.finalize(sender, self._retire, id(sender))
+                retire = weakref.finalize(sender, self._retire, id(sender))
+                retire.atexit = False  # at exit the lock is alive: its share is still in stats()
 
     def _on_reserved(self, sender: Any, **kw: Any) -> None:
         key = self._key(sender, kw["name"])
@@ -224,6 +349,7 @@ class AutoseqMetrics(Collector):
 
     def _on_lease_acquired(self, sender: Any, **kw: Any) -> None:
         self.leases_acquired.labels(*self._key(sender, kw["name"])).inc()
+        self._start_publishing()
         with self._guard:
             self._generators.add(sender)
 
@@ -255,6 +381,7 @@ class AutoseqMetrics(Collector):
 
     def watch(self, registry: Any) -> None:
         """Include every lock of a ``SequenceRegistry`` (even before it has reserved)."""
+        self._start_publishing()
         with self._guard:
             self._registries.append(weakref.ref(registry))
 
@@ -269,147 +396,225 @@ class AutoseqMetrics(Collector):
         with self._guard:
             return list(self._locks)
 
-    def collect(self) -> Iterator[Metric]:
-        """The stats() part of the metrics, computed at each scrape."""
-        ns = self.namespace
-
-        def family(kind: Callable[..., Metric], name: str, doc: str) -> Any:
-            return kind(f"{ns}_{name}", doc, labels=LABELS)
-
-        served = family(CounterMetricFamily, "values_served", "Values handed to callers.")
-        waits = family(
-            CounterMetricFamily,
-            "caller_waits",
-            "Calls that found the buffer empty and waited for the store.",
-        )
-        left = family(GaugeMetricFamily, "values_left", "Values not yet served before end.")
-        buffered = family(
-            GaugeMetricFamily,
-            "buffered_values",
-            "Values held in this process's memory (current and next blocks).",
-        )
-        rate = family(
-            GaugeMetricFamily,
-            "consumption_rate",
-            "Values per second between the latest reservations.",
-        )
-        ready = family(
-            GaugeMetricFamily,
-            "next_block_ready",
-            "1 when the next block is already reserved in memory.",
-        )
-        up = family(
-            GaugeMetricFamily,
-            "store_up",
-            "0 from a store failure until a reservation succeeds again.",
-        )
-        down = family(
-            CounterMetricFamily,
-            "store_unavailable_seconds",
-            "Seconds between a store failure and the next successful reservation.",
-        )
+    def _snapshot(self) -> _Snapshot:
+        """What stats() of every lock (and each snowflake generator) says now."""
         # Several locks of one (store, sequence) in a process (two registries
         # on one database) add up; one sample per label set, as Prometheus needs.
-        counts: dict[_Key, list[int]] = {}
-        lefts: dict[_Key, float] = {}
-        held: dict[_Key, float] = {}
-        rates: dict[_Key, float] = {}
-        readiness: dict[_Key, float] = {}
+        snap = _Snapshot()
         for lock in self._all_locks():
-            stats = lock.stats()
-            key = self._key(lock, stats["name"])
-            with self._guard:
-                given = int(stats["served_values"]) - self._released.get(id(lock), 0)
-                self._seen[id(lock)] = (key, given, int(stats["caller_waits"]))
-            count = counts.setdefault(key, [0, 0])
-            count[0] += given
-            count[1] += int(stats["caller_waits"])
-            if stats["values_until_end"] is not None:
-                until_end = float(stats["values_until_end"])
-                lefts[key] = min(lefts.get(key, until_end), until_end)
-            in_memory = int(stats["current_block_left"]) + int(stats["next_block_left"])
-            held[key] = held.get(key, 0.0) + in_memory
-            if stats["consumption_rate"] is not None:
-                rates[key] = rates.get(key, 0.0) + float(stats["consumption_rate"])
-            is_ready = 1.0 if int(stats["next_block_left"]) > 0 else 0.0
-            readiness[key] = min(readiness.get(key, is_ready), is_ready)
+            self._add_lock(snap, lock)
         now = time.monotonic()
         with self._guard:
             for key, (old_served, old_waits) in self._retired.items():
-                count = counts.setdefault(key, [0, 0])
+                count = snap.counts.setdefault(key, [0, 0])
                 count[0] += old_served
                 count[1] += old_waits
-            outages = dict(self._down_total)
+            snap.outages = dict(self._down_total)
             for key, since in self._down_since.items():
-                outages[key] = outages.get(key, 0.0) + (now - since)
-            failing = set(self._down_since)
-        for key, (served_count, wait_count) in sorted(counts.items()):
-            served.add_metric(list(key), served_count)
-            waits.add_metric(list(key), wait_count)
-        for target, values in ((left, lefts), (buffered, held), (rate, rates), (ready, readiness)):
-            for key, number in sorted(values.items()):
-                target.add_metric(list(key), number)
-        for key, seconds in sorted(outages.items()):
-            down.add_metric(list(key), seconds)
-            up.add_metric(list(key), 0.0 if key in failing else 1.0)
-        yield from (served, waits, left, buffered, rate, ready, up, down)
-        yield from self._collect_generators()
-
-    def _collect_generators(self) -> Iterator[Metric]:
-        """Lease state and lifetime of each snowflake generator that took a lease here."""
-        ns = self.namespace
-        held = GaugeMetricFamily(
-            f"{ns}_worker_lease_held",
-            "1 while the generator holds its worker-id lease, else 0.",
-            labels=[*LABELS, "worker"],
-        )
-        years = GaugeMetricFamily(
-            f"{ns}_snowflake_years_left",
-            "Years until the layout's timestamp bits run out.",
-            labels=LABELS,
-        )
-        with self._guard:
+                snap.outages[key] = snap.outages.get(key, 0.0) + (now - since)
+            snap.failing = set(self._down_since)
             generators = list(self._generators)
-        lifetimes: dict[_Key, float] = {}
         for generator in generators:
             key = self._key(generator, generator.name)
             worker = generator.worker_id
-            held.add_metric(
-                [*key, "-" if worker is None else str(worker)], float(worker is not None)
-            )
+            snap.leases[(*key, "-" if worker is None else str(worker))] = float(worker is not None)
             years_left = generator.years_left
-            lifetimes[key] = min(lifetimes.get(key, years_left), years_left)
-        for key, value in sorted(lifetimes.items()):
-            years.add_metric(list(key), value)
-        yield from (held, years)
+            snap.years[key] = min(snap.years.get(key, years_left), years_left)
+        return snap
+
+    def _add_lock(self, snap: _Snapshot, lock: SequenceLock) -> None:
+        stats = lock.stats()
+        key = self._key(lock, stats["name"])
+        with self._guard:
+            given = int(stats["served_values"]) - self._released.get(id(lock), 0)
+            self._seen[id(lock)] = (key, given, int(stats["caller_waits"]))
+        count = snap.counts.setdefault(key, [0, 0])
+        count[0] += given
+        count[1] += int(stats["caller_waits"])
+        if stats["values_until_end"] is not None:
+            until_end = float(stats["values_until_end"])
+            snap.lefts[key] = min(snap.lefts.get(key, until_end), until_end)
+        in_memory = int(stats["current_block_left"]) + int(stats["next_block_left"])
+        snap.held[key] = snap.held.get(key, 0.0) + in_memory
+        if stats["consumption_rate"] is not None:
+            snap.rates[key] = snap.rates.get(key, 0.0) + float(stats["consumption_rate"])
+        is_ready = 1.0 if int(stats["next_block_left"]) > 0 else 0.0
+        snap.readiness[key] = min(snap.readiness.get(key, is_ready), is_ready)
+
+    def collect(self) -> Iterator[Metric]:
+        """The stats() part of the metrics, computed at each scrape.
+
+        In multi-process mode the figures go to the shared files instead
+        (``MultiProcessCollector`` reads them), so nothing is yielded here.
+        """
+        if self._shared is not None:
+            self.publish()
+            return
+        snap = self._snapshot()
+        families: dict[str, Any] = {
+            name: kind(f"{self.namespace}_{name}", doc, labels=labels)
+            for name, (kind, doc, labels) in _STATS_METRICS.items()
+        }
+        for served_key, (served_count, wait_count) in sorted(snap.counts.items()):
+            families["values_served"].add_metric(list(served_key), served_count)
+            families["caller_waits"].add_metric(list(served_key), wait_count)
+        for down_key, seconds in sorted(snap.outages.items()):
+            families["store_unavailable_seconds"].add_metric(list(down_key), seconds)
+        for name, labels, number in snap.gauges():
+            families[name].add_metric(list(labels), number)
+        yield from families.values()
+
+    # multi-process mode -------------------------------------------------------------
+
+    def publish(self) -> None:
+        """Write this process's stats() figures to the multi-process files (else nothing).
+
+        A thread does it every ``publish_interval`` seconds in each process
+        that reserves, a scrape does it for the process answering, and exit
+        does it last; counters move by what changed since the last time.
+        """
+        shared = self._shared
+        if shared is None:
+            return
+        snap = self._snapshot()
+        with self._publish_guard:
+            for key, (served_count, wait_count) in snap.counts.items():
+                self._advance("values_served", key, served_count)
+                self._advance("caller_waits", key, wait_count)
+            for key, seconds in snap.outages.items():
+                self._advance("store_unavailable_seconds", key, seconds)
+            for name, labels, number in snap.gauges():
+                shared[name].labels(*labels).set(number)
+
+    def _advance(self, name: str, key: tuple[str, ...], total: float) -> None:
+        """Move counter ``name`` up to ``total`` for ``key`` (a process's counters only grow)."""
+        assert self._shared is not None
+        grown = total - self._published.get((name, key), 0)
+        if grown > 0:
+            self._shared[name].labels(*key).inc(grown)
+            self._published[(name, key)] = total
+
+    def _start_publishing(self) -> None:
+        """Start this process's publishing thread (once; again in a forked child)."""
+        if self._shared is None or self._publisher_pid == os.getpid():
+            return
+        with self._guard:
+            if self._publisher_pid == os.getpid():
+                return
+            self._publisher_pid = os.getpid()
+        thread = threading.Thread(
+            target=_publish_every,
+            args=(weakref.ref(self), self.publish_interval),
+            name="autoseq-metrics-publish",
+            daemon=True,
+        )
+        thread.start()
+
+    def _after_fork_in_child(self) -> None:
+        """A child starts from zero: what the parent counted is in the parent's files."""
+        self._guard = threading.RLock()
+        self._publish_guard = threading.Lock()
+        self._seen.clear()
+        self._retired.clear()
+        self._released.clear()
+        self._published.clear()
+        self._down_since.clear()
+        self._down_total.clear()
+        self._publisher_pid = None
 
     def describe(self) -> Iterable[Metric]:
         """Nothing up front: the names are in ``collect`` (no stats are read at register)."""
         return []
 
 
+def _shared_metrics(namespace: str) -> dict[str, Any]:
+    """The stats() figures as prometheus_client metrics kept in the multi-process files."""
+    shared: dict[str, Any] = {}
+    for name, (kind, doc, labels) in _STATS_METRICS.items():
+        full = f"{namespace}_{name}"
+        if kind is CounterMetricFamily:
+            shared[name] = Counter(full, doc, labels, registry=None)
+        else:
+            mode = _GAUGE_MODES[name]
+            shared[name] = Gauge(full, doc, labels, registry=None, multiprocess_mode=mode)
+    return shared
+
+
+def _publish_every(target: weakref.ref[AutoseqMetrics], interval: float) -> None:
+    """Publish ``target`` every ``interval`` seconds until it goes or the process forks."""
+    pid = os.getpid()
+    while True:
+        time.sleep(interval)
+        found = target()
+        if found is None or found._publisher_pid != pid:
+            return
+        try:
+            found.publish()
+        except Exception:  # a scrape still reads the last figures; say why they are old
+            logger.exception("autoseq metrics: publishing to the multi-process files failed")
+        del found
+
+
 _installed: dict[int, AutoseqMetrics] = {}
 _install_guard = threading.Lock()
 
 
-def install(registry: CollectorRegistry | None = None) -> AutoseqMetrics:
-    """The metrics of ``registry`` (default: prometheus_client's), created once per registry."""
+def install(
+    registry: CollectorRegistry | None = None, *, publish_interval: float = 1.0
+) -> AutoseqMetrics:
+    """The metrics of ``registry`` (default: prometheus_client's), created once per registry.
+
+    With ``PROMETHEUS_MULTIPROC_DIR`` set (gunicorn and other pre-fork
+    servers), each process also writes its stats() figures to that
+    directory every ``publish_interval`` seconds, so a scrape of any worker
+    adds up every worker: serve :func:`wsgi_app` or :func:`scrape_registry`.
+    """
     target = REGISTRY if registry is None else registry
     with _install_guard:
         found = _installed.get(id(target))
         if found is None:
-            found = AutoseqMetrics(target)
+            found = AutoseqMetrics(target, publish_interval=publish_interval)
             _installed[id(target)] = found
     return found
 
 
+def scrape_registry(registry: CollectorRegistry | None = None) -> CollectorRegistry:
+    """What a scrape reads: ``registry``, or in multi-process mode every process's figures.
+
+    In multi-process mode the answer is a registry holding a
+    ``MultiProcessCollector`` of ``PROMETHEUS_MULTIPROC_DIR``, after this
+    process's own figures are published, as prometheus_client advises.
+    """
+    found = install(registry)
+    if multiprocess_dir() is None:
+        return REGISTRY if registry is None else registry
+    everyone = CollectorRegistry()
+    everyone.register(found)  # publishes this process's figures first; yields nothing
+    MultiProcessCollector(everyone)  # type: ignore[no-untyped-call]
+    return everyone
+
+
 def wsgi_app(registry: CollectorRegistry | None = None) -> Callable[..., Any]:
-    """A WSGI app serving ``registry``'s metrics (autoseq's installed in it)."""
-    install(registry)
-    return _make_wsgi_app(REGISTRY if registry is None else registry)
+    """A WSGI app serving ``registry``'s metrics (every worker's in multi-process mode)."""
+    return _make_wsgi_app(scrape_registry(registry))
 
 
 def asgi_app(registry: CollectorRegistry | None = None) -> Callable[..., Any]:
-    """An ASGI app serving ``registry``'s metrics (autoseq's installed in it)."""
-    install(registry)
-    return _make_asgi_app(REGISTRY if registry is None else registry)
+    """An ASGI app serving ``registry``'s metrics (every worker's in multi-process mode)."""
+    return _make_asgi_app(scrape_registry(registry))
+
+
+def _after_fork_in_child() -> None:
+    for found in list(_installed.values()):
+        if found._shared is not None:
+            found._after_fork_in_child()
+
+
+def _publish_at_exit() -> None:
+    with contextlib.suppress(Exception):  # the interpreter is exiting
+        for found in list(_installed.values()):
+            found.publish()
+
+
+_hooks.on_fork(after_in_child=_after_fork_in_child)
+_hooks.at_exit(_publish_at_exit)

@@ -5,7 +5,8 @@
     urlpatterns = [..., path("autoseq/", include("autoseq_django.urls"))]
 
 serves ``autoseq/metrics`` from prometheus_client's default registry, where
-the app installs autoseq's metrics at start-up. Protect it as you would any
+the app installs autoseq's metrics at start-up; with ``PROMETHEUS_MULTIPROC_DIR``
+set (gunicorn), every worker's figures added up. Protect it as you would any
 internal endpoint (a middleware, the web server, a separate port).
 """
 
@@ -16,11 +17,9 @@ from django.http import HttpRequest, HttpResponse
 
 def metrics_view(request: HttpRequest) -> HttpResponse:
     """The metrics of the default registry, in the format the scraper asks for."""
-    from prometheus_client import REGISTRY
     from prometheus_client.exposition import choose_encoder
 
     from autoseq import metrics
 
-    metrics.install()
     encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
-    return HttpResponse(encoder(REGISTRY), content_type=content_type)
+    return HttpResponse(encoder(metrics.scrape_registry()), content_type=content_type)

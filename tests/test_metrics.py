@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
@@ -271,3 +273,23 @@ def test_snowflake_leases_and_lifetime_are_scraped(db_url: str, scrape: Scrape) 
     assert value(closed, "autoseq_worker_lease_held", sequence=name, worker="-") == 0
     assert value(closed, "autoseq_worker_leases_lost_total", sequence=name) == 0
     drop_sql_store(store)
+
+
+def documented_metrics() -> set[str]:
+    """The metric names in the table of docs/operations.md's Metrics section."""
+    text = (Path(__file__).resolve().parent.parent / "docs" / "operations.md").read_text()
+    section = text.split("## Metrics (Prometheus)", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|")[1] for line in section.splitlines() if line.startswith("| `")]
+    return {name for cell in rows for name in re.findall(r"`(autoseq_\w+)", cell)}
+
+
+def test_every_metric_registered_is_in_the_docs_table() -> None:
+    """The docs' metrics table names every metric the code registers, and no other."""
+    registry = CollectorRegistry()
+    metrics.AutoseqMetrics(registry)
+    registered = {
+        f"{family.name}_total" if family.type == "counter" else family.name
+        for family in registry.collect()
+    }
+    assert len(registered) >= 20  # the collection itself worked
+    assert documented_metrics() == registered
