@@ -23,9 +23,10 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
-# Each extra alone in a fresh venv runs the README's quick start (needs PyPI).
-clean-install:
-	$(PYTHON) .ci/clean_install.py
+# Each extra alone in a fresh venv runs the README's quick start (needs PyPI),
+# against the servers make test uses (the dev venv creates and drops their databases).
+clean-install: $(VENV)/.installed
+	$(PY) .ci/clean_install.py
 
 # mongoengine's own test_signals (from the installed release's sdist) with our field.
 UPSTREAM := $(VENV)/upstream
