@@ -191,3 +191,43 @@ def test_gunicorn_workers_scrape_the_same_total(gunicorn: int) -> None:
     assert served_everywhere([gunicorn] * 6, 3375.0) == [3375.0] * 6
     made = sum(reservations.values())
     assert [scrape(gunicorn)["autoseq_reservations_total"] for _ in range(6)] == [made] * 6
+
+
+FORKING = """\
+import os, sys
+from prometheus_client import CollectorRegistry
+from prometheus_client.multiprocess import MultiProcessCollector
+from autoseq import SequenceConfig, SequenceRegistry, metrics
+from autoseq.stores import SQLStore
+
+metrics.install()
+registry = SequenceRegistry(SQLStore(os.environ["AUTOSEQ_TEST_DB_URL"]))
+lock = registry.register(SequenceConfig("orders", batch_count=100))
+lock.next_many(100)
+metrics.install().publish()
+child = os.fork()
+if child == 0:
+    lock.next_many(40)
+    sys.exit(0)  # the exit hook publishes the child's figures
+os.waitpid(child, 0)
+everyone = CollectorRegistry()
+MultiProcessCollector(everyone)
+served = [s.value for f in everyone.collect() for s in f.samples
+          if s.name == "autoseq_values_served_total"]
+print(sum(served))
+"""
+
+
+def test_a_forked_child_adds_only_what_it_served(environment: dict[str, str]) -> None:
+    """100 values served before a fork, 40 by the child: the workers' total is 140
+    (the child does not publish the parent's 100 again, nor lose its 40)."""
+    done = subprocess.run(
+        [sys.executable, "-c", FORKING],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert float(done.stdout.strip()) == 140
