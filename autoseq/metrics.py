@@ -59,6 +59,7 @@ This module imports prometheus_client; ``import autoseq`` never imports it.
 from __future__ import annotations
 
 import contextlib
+import glob
 import logging
 import os
 import threading
@@ -578,6 +579,27 @@ def install(
     return found
 
 
+class _SettledFiles(MultiProcessCollector):
+    """prometheus_client's collector, skipping files a starting worker has not sized yet.
+
+    A worker creates its ``*.db`` file empty and then grows it to its first
+    size; a scrape landing between the two would fail on the empty file
+    (``struct.error``) and answer 500. Such a file holds no figure yet.
+    """
+
+    def collect(self) -> Any:
+        files = glob.glob(os.path.join(self._path, "*.db"))
+        settled = [name for name in files if _sized(name)]
+        return self.merge(settled, accumulate=True)  # type: ignore[no-untyped-call]
+
+
+def _sized(name: str) -> bool:
+    try:
+        return os.path.getsize(name) >= 8
+    except OSError:  # the worker was marked dead meanwhile
+        return False
+
+
 def scrape_registry(registry: CollectorRegistry | None = None) -> CollectorRegistry:
     """What a scrape reads: ``registry``, or in multi-process mode every process's figures.
 
@@ -590,7 +612,7 @@ def scrape_registry(registry: CollectorRegistry | None = None) -> CollectorRegis
         return REGISTRY if registry is None else registry
     everyone = CollectorRegistry()
     everyone.register(found)  # publishes this process's figures first; yields nothing
-    MultiProcessCollector(everyone)  # type: ignore[no-untyped-call]
+    _SettledFiles(everyone)  # type: ignore[no-untyped-call]
     return everyone
 
 

@@ -231,3 +231,31 @@ def test_a_forked_child_adds_only_what_it_served(environment: dict[str, str]) ->
     )
     assert done.returncode == 0, done.stderr
     assert float(done.stdout.strip()) == 140
+
+
+STARTING_WORKER = """
+import os, pathlib
+from prometheus_client import generate_latest
+from autoseq import metrics
+# A worker that has just created its file and not yet sized it (prometheus_client
+# opens the file, then truncates it to its first size).
+pathlib.Path(os.environ["PROMETHEUS_MULTIPROC_DIR"], "counter_4242.db").touch()
+text = generate_latest(metrics.scrape_registry()).decode()
+print("autoseq_" in text or text == "")
+"""
+
+
+def test_a_scrape_while_a_worker_starts_answers(environment: dict[str, str]) -> None:
+    """A scrape that lands while another worker has created its file but not sized it
+    yet answers (prometheus_client's own collector fails there with ``struct.error``,
+    which a web server turns into a 500)."""
+    done = subprocess.run(
+        [sys.executable, "-c", STARTING_WORKER],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "True"
