@@ -180,3 +180,63 @@ def _stored_rows(alias: str) -> dict[str, Any]:
     except Exception as exc:  # noqa: BLE001 - before the first migrate there is no table
         logger.debug("autoseq: stored rows of %r not read: %s", alias, exc)
         return {}
+
+
+def _autoseq_default_auto_field() -> str | None:
+    """``DEFAULT_AUTO_FIELD`` when it names one of autoseq's key fields, else None."""
+    from django.utils.module_loading import import_string
+
+    from autoseq_django.snowflake_fields import SnowflakeAutoField
+
+    path = getattr(settings, "DEFAULT_AUTO_FIELD", None)
+    if not isinstance(path, str):
+        return None
+    try:
+        chosen = import_string(path)
+    except ImportError:
+        return None  # Django's own check (models.E033 / fields.E010) names it
+    ours = isinstance(chosen, type) and issubclass(chosen, (SequenceField, SnowflakeAutoField))
+    return path if ours else None
+
+
+@checks.register(checks.Tags.models)
+def check_app_default_auto_field(
+    app_configs: Any = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
+    """Apps whose ``AppConfig.default_auto_field`` hides an autoseq ``DEFAULT_AUTO_FIELD``.
+
+    ``startapp`` writes ``default_auto_field = "django.db.models.BigAutoField"``
+    into every new app, and that line wins over the setting. Django's own
+    apps are left out: their migrations are shipped with ``AutoField``.
+    """
+    from django.apps import AppConfig
+
+    wanted = _autoseq_default_auto_field()
+    if wanted is None:
+        return []
+    messages: list[checks.CheckMessage] = []
+    for config in app_configs or apps.get_app_configs():
+        own = type(config).default_auto_field
+        if own is AppConfig.default_auto_field or config.name.split(".")[0] in _LEFT_ALONE:
+            continue
+        if config.default_auto_field == wanted:
+            continue
+        where = f"{type(config).__module__}.{type(config).__qualname__}"
+        messages.append(
+            checks.Warning(
+                f"App {config.label!r} keys its models with {config.default_auto_field!r}: "
+                f"{where}.default_auto_field overrides DEFAULT_AUTO_FIELD = {wanted!r}.",
+                hint=(
+                    f"Delete the line `default_auto_field = {config.default_auto_field!r}` "
+                    f"from {where} (then run makemigrations), or silence autoseq.W010 if "
+                    "that app should keep its own keys."
+                ),
+                obj=type(config),
+                id="autoseq.W010",
+            )
+        )
+    return messages
+
+
+#: Apps whose key fields are fixed by the migrations they ship.
+_LEFT_ALONE = frozenset({"django", "autoseq_django"})
