@@ -136,10 +136,11 @@ class SequenceField(_BigIntegerField):
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("blank", True)  # filled on insert, so forms may leave it empty
-        if kwargs.get("primary_key") and not self._key_editable:
+        if not self._key_editable:
             # Not editable, as AutoField is in effect: forms and the admin leave
-            # the key out (inline formsets then carry it hidden), and Django
-            # REST framework maps it read-only, so no client chooses it.
+            # the column out (inline formsets carry a key hidden), and Django
+            # REST framework maps it read-only, so no client chooses its own
+            # number. ``editable=True`` on the field gives the input back.
             kwargs.setdefault("editable", False)
         if not isinstance(gapless, bool):
             raise InvalidSequenceConfig(f"gapless must be True or False, got {gapless!r}")
@@ -310,7 +311,7 @@ class SequenceField(_BigIntegerField):
             del kwargs["blank"]
         elif not self.blank:
             kwargs["blank"] = False
-        if self.primary_key and not self._key_editable:
+        if not self._key_editable:
             if self.editable:
                 kwargs["editable"] = True
             else:

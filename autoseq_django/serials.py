@@ -105,6 +105,9 @@ class SerialField(_CharField):
         self.sequence = sequence
         self.gapless = gapless
         kwargs.setdefault("blank", True)  # filled on insert, so forms may leave it empty
+        # Taken on insert: forms, the admin and DRF leave it out (read-only),
+        # so no client chooses its own number; ``editable=True`` gives it back.
+        kwargs.setdefault("editable", False)
         self._serials: dict[int, Serial] = {}
         self._guard = threading.Lock()
         super().__init__(*args, **kwargs)
@@ -201,6 +204,10 @@ class SerialField(_CharField):
     def deconstruct(self) -> Any:
         name, _path, args, kwargs = super().deconstruct()
         kwargs.pop("blank", None)
+        if self.editable:
+            kwargs["editable"] = True
+        else:
+            kwargs.pop("editable", None)
         kwargs["template"] = self.template
         if self.sequence is not None:
             kwargs["sequence"] = self.sequence
