@@ -4,7 +4,8 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: example test lint bench bench-quick clean docs clean-install upstream-mongoengine
+.PHONY: example test lint bench bench-quick clean docs clean-install upstream-mongoengine \
+	upstream-django-sequences
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +37,16 @@ upstream-mongoengine: $(VENV)/.installed
 		"mongoengine==$$($(PY) -c 'import mongoengine; print(mongoengine.__version__)')"
 	tar xzf $(UPSTREAM)/mongoengine-*.tar.gz -C $(UPSTREAM)/mongoengine --strip-components 1
 	AUTOSEQ_MONGOENGINE_SDIST=$(UPSTREAM)/mongoengine $(PY) -m pytest tests/test_mongoengine_upstream.py
+
+# django-sequences' own tests/test_sequences.py against autoseq_django's API, on SQLite
+# and PostgreSQL. Its sdist ships no tests: they come from a git clone (cloned here
+# unless DJANGO_SEQUENCES_REPO names one); docs/django.md lists the differences.
+DJANGO_SEQUENCES_REPO ?= $(UPSTREAM)/django-sequences
+upstream-django-sequences: $(VENV)/.installed
+	test -e $(DJANGO_SEQUENCES_REPO) || git clone -q --depth 1 \
+		https://github.com/aaugustin/django-sequences $(DJANGO_SEQUENCES_REPO)
+	AUTOSEQ_DJANGO_SEQUENCES_REPO=$(abspath $(DJANGO_SEQUENCES_REPO)) \
+		$(PY) -m pytest tests/test_django_sequences_upstream.py
 
 bench: $(VENV)/.installed
 	$(PY) -m benchmarks

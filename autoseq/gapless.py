@@ -368,6 +368,11 @@ def single_statement(table: sa.Table, dialect: str) -> tuple[Any, bool]:
     return found
 
 
+def forget_row(store: SQLStore, name: str) -> None:
+    """Forget row ``name`` of ``store`` (it was deleted): the next take creates it again."""
+    _created.get(store, set()).discard(name)
+
+
 def row_known(store: SQLStore, name: str) -> bool:
     """Whether this process created or found row ``name`` of ``store`` (a server store).
 

@@ -50,6 +50,9 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "Sequence",
+    "delete",
+    "get_last_value",
     "get_next_value",
     "get_next_values",
     "preload",
@@ -122,7 +125,7 @@ def sync_sequences(apps: Any, schema_editor: Any) -> None:
 
 def __getattr__(name: str) -> Any:
     # django-sequences' calls, imported on use: this package loads before Django's apps.
-    if name in ("get_next_value", "get_next_values"):
+    if name in ("Sequence", "delete", "get_last_value", "get_next_value", "get_next_values"):
         from autoseq_django import compat
 
         return getattr(compat, name)

@@ -67,3 +67,16 @@ def wrap_reset_sequences(testcases: Any, after: Callable[[str], object]) -> None
         after(db_name)
 
     test_case._reset_sequences = staticmethod(_reset_sequences)
+
+
+def wrap_fixture_teardown(testcases: Any, after: Callable[[str], object]) -> None:
+    """Run ``after(db_name)`` for each database a ``TransactionTestCase`` has just flushed."""
+    test_case: Any = testcases.TransactionTestCase
+    original = test_case._fixture_teardown
+
+    def _fixture_teardown(self: Any) -> None:
+        original(self)
+        for db_name in self._databases_names(include_mirrors=False):
+            after(db_name)
+
+    test_case._fixture_teardown = _fixture_teardown

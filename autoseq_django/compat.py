@@ -1,20 +1,28 @@
-"""``get_next_value`` and ``get_next_values`` with the signatures of django-sequences.
+"""django-sequences' public API: ``get_next_value``, ``get_next_values``, ``get_last_value``,
+``delete`` and ``Sequence``, with its arguments (``initial_value``, ``reset_value``,
+``using``, ``nowait``).
 
-Code written for django-sequences keeps its calls: ``get_next_value("invoices")``,
-``initial_value``, ``reset_value``, ``using``. The values come from autoseq's
-blocks (the row named ``sequence_name`` in ``sys_sequence``), so they are
-unique and increasing, and a rollback or a process exit skips values.
-``gapless=True`` gives django-sequences' own semantics: each value is taken
-in the caller's ``atomic()`` block, holding the row's lock until it ends, so
-a rollback gives the number back and committed values have no gap.
+Code written for django-sequences keeps its calls. By default the values
+come from autoseq's blocks (the row named ``sequence_name`` in
+``sys_sequence``): unique and increasing, cheap under load, and a rollback
+or a process exit skips values. ``gapless=True`` gives django-sequences' own
+semantics: each value is taken in the caller's transaction (``atomic()``
+joined, or one of its own in autocommit), holding the row's lock until it
+ends, so a rollback gives the number back and committed values have no gap;
+``nowait=True`` then raises ``DatabaseError`` at once when another
+transaction holds the row. ``autoseq_django.django_sequences`` is this API
+with ``gapless=True`` by default: django-sequences' behaviour, import for
+import.
 """
 
 from __future__ import annotations
 
-from django.db import DEFAULT_DB_ALIAS, connections
+from collections.abc import Iterator
+
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
 
 from autoseq import InvalidSequenceConfig, SequenceConfig, SequenceLock
-from autoseq_django import conf, sequences
+from autoseq_django import conf, sequences, testing
 
 _configs: dict[tuple[str, int, int | None], tuple[conf.AutoseqSettings, SequenceConfig]] = {}
 
@@ -48,7 +56,9 @@ def _lock(
     sequence_name: str, initial_value: int, reset_value: int | None, using: str | None
 ) -> SequenceLock:
     config = _config(sequence_name, initial_value, reset_value)
-    return sequences.lock(config, using or DEFAULT_DB_ALIAS)
+    alias = using or DEFAULT_DB_ALIAS
+    testing.note_api_row(alias, sequence_name, False)
+    return sequences.lock(config, alias)
 
 
 def get_next_value(
@@ -65,13 +75,13 @@ def get_next_value(
     With ``reset_value`` the sequence goes back to ``initial_value`` when it
     would reach ``reset_value``. ``using`` is the database whose sequences
     serve it (``AUTOSEQ["DATABASE"]`` and routers apply, as for fields).
-    ``nowait`` is accepted for django-sequences' callers: a reservation never
-    waits for the caller's row locks. A stored row wins over the arguments.
-    ``gapless=True`` takes the value in the caller's ``atomic()`` block
-    (``GaplessUnavailable`` outside one), as django-sequences does.
+    A stored row wins over the arguments. ``gapless=True`` takes the value
+    in the caller's transaction, as django-sequences does; ``nowait`` then
+    raises ``DatabaseError`` when another transaction holds the row (from
+    blocks nothing waits for the caller's row locks, so it changes nothing).
     """
     if gapless:
-        return _gapless(sequence_name, initial_value, reset_value, using, 1)[0]
+        return _gapless(sequence_name, initial_value, reset_value, using, 1, nowait)[0]
     return _lock(sequence_name, initial_value, reset_value, using).next()
 
 
@@ -90,11 +100,121 @@ def get_next_values(
     django-sequences returns a ``range``; these values are a list because a
     batch that starts in one block and ends in the next need not be
     contiguous. ``gapless=True``: consecutive values taken in the caller's
-    ``atomic()`` block.
+    transaction. A ``batch_size`` of 0 returns ``[]`` and changes nothing.
     """
+    if batch_size == 0:
+        return []
     if gapless:
-        return _gapless(sequence_name, initial_value, reset_value, using, batch_size)
+        return _gapless(sequence_name, initial_value, reset_value, using, batch_size, nowait)
     return _lock(sequence_name, initial_value, reset_value, using).next_many(batch_size)
+
+
+def get_last_value(
+    sequence_name: str = "default", *, using: str | None = None, gapless: bool = False
+) -> int | None:
+    """The last value of ``sequence_name``, None when it has no row or gave nothing yet.
+
+    ``gapless=True``: the last value taken, as the caller's transaction sees
+    it (django-sequences' meaning). From blocks: the last value reserved by
+    any process, which is at or above every value handed out (a process may
+    still hold values below it).
+    """
+    alias = using or DEFAULT_DB_ALIAS
+    if gapless:
+        from autoseq_django.serials import gapless_row
+
+        found = gapless_row(sequence_name, connections[alias])
+        if found is None or found[0] == found[2]:
+            return None  # no row, or one nothing was taken from
+        return found[0] - found[1]
+    row = sequences.store(sequences.sequence_database(alias)).read(sequence_name)
+    if row is None or row.next_value == row.start:
+        return None
+    return row.next_value - row.step
+
+
+def delete(
+    sequence_name: str = "default", *, using: str | None = None, gapless: bool = False
+) -> bool:
+    """Delete the row of ``sequence_name``; True if there was one.
+
+    The next value starts again at ``initial_value``, so only delete a
+    sequence whose values nothing keeps. ``gapless=True`` deletes in the
+    caller's transaction (a rollback brings the row back); otherwise the
+    store's own transaction, and this process's buffered values are dropped.
+    """
+    alias = using or DEFAULT_DB_ALIAS
+    if gapless:
+        from autoseq_django.serials import gapless_row
+
+        with transaction.atomic(using=alias, savepoint=False):
+            return gapless_row(sequence_name, connections[alias], delete=True) is not None
+    sequence_alias = sequences.sequence_database(alias)
+    sequences.registry(sequence_alias).discard(sequence_name)
+    return sequences.store(sequence_alias).delete(sequence_name)
+
+
+class Sequence:
+    """django-sequences' ``Sequence``: one named sequence and its arguments, iterable.
+
+    ``reset_value`` at or below ``initial_value`` is refused here
+    (``InvalidSequenceConfig``, a ``ValueError``). ``gapless`` as for the
+    functions.
+    """
+
+    def __init__(
+        self,
+        sequence_name: str = "default",
+        initial_value: int = 1,
+        reset_value: int | None = None,
+        *,
+        using: str | None = None,
+        gapless: bool = False,
+    ) -> None:
+        if reset_value is not None:
+            _build(conf.get(), sequence_name, initial_value, reset_value)
+        self.sequence_name = sequence_name
+        self.initial_value = initial_value
+        self.reset_value = reset_value
+        self.using = using
+        self.gapless = gapless
+
+    def get_last_value(self) -> int | None:
+        """The last value (see :func:`get_last_value`)."""
+        return get_last_value(self.sequence_name, using=self.using, gapless=self.gapless)
+
+    def get_next_value(self, *, nowait: bool = False) -> int:
+        """The next value (see :func:`get_next_value`)."""
+        return get_next_value(
+            self.sequence_name,
+            self.initial_value,
+            self.reset_value,
+            nowait=nowait,
+            using=self.using,
+            gapless=self.gapless,
+        )
+
+    def get_next_values(self, batch_size: int, *, nowait: bool = False) -> list[int]:
+        """``batch_size`` next values (see :func:`get_next_values`)."""
+        return get_next_values(
+            batch_size,
+            self.sequence_name,
+            self.initial_value,
+            self.reset_value,
+            nowait=nowait,
+            using=self.using,
+            gapless=self.gapless,
+        )
+
+    def delete(self) -> bool:
+        """Delete the row (see :func:`delete`)."""
+        return delete(self.sequence_name, using=self.using, gapless=self.gapless)
+
+    def __iter__(self) -> Iterator[int]:
+        return self
+
+    def __next__(self) -> int:
+        return self.get_next_value()
 
 
 def _gapless(
@@ -103,8 +223,16 @@ def _gapless(
     reset_value: int | None,
     using: str | None,
     count: int,
+    nowait: bool,
 ) -> list[int]:
-    from autoseq_django.serials import take_gapless_values
+    from autoseq_django.serials import gapless_row, take_gapless_values
 
     config = _config(sequence_name, initial_value, reset_value)
-    return take_gapless_values(config, connections[using or DEFAULT_DB_ALIAS], count)
+    alias = using or DEFAULT_DB_ALIAS
+    connection = connections[alias]
+    testing.note_api_row(alias, sequence_name, True)
+    # django-sequences' transaction: the caller's when there is one, else its own.
+    with transaction.atomic(using=alias, savepoint=False):
+        if nowait:
+            gapless_row(sequence_name, connection, nowait=True)
+        return take_gapless_values(config, connection, count)

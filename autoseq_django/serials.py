@@ -659,3 +659,54 @@ def _runner(connection: BaseDatabaseWrapper, dialect_name: str) -> Run:
             return rows, cursor.rowcount, cursor.lastrowid if on_mysql else None
 
     return run
+
+
+# django-sequences' reads and deletes, in the caller's transaction ------------------
+
+_row_statements: dict[tuple[sa.Table, bool], tuple[Any, Any]] = {}
+
+
+def _row_statements_of(table: sa.Table, nowait: bool) -> tuple[Any, Any]:
+    """``SELECT current, step, start`` (``FOR UPDATE NOWAIT`` with ``nowait``) and ``DELETE``."""
+    import sqlalchemy as sa
+
+    found = _row_statements.get((table, nowait))
+    if found is None:
+        where = table.c.name == sa.bindparam("seq_name")
+        select = sa.select(table.c.current, table.c.step, table.c.start).where(where)
+        if nowait:
+            select = select.with_for_update(nowait=True)
+        found = _row_statements[table, nowait] = (select, sa.delete(table).where(where))
+    return found
+
+
+def gapless_row(
+    name: str, connection: BaseDatabaseWrapper, *, nowait: bool = False, delete: bool = False
+) -> tuple[int, int, int] | None:
+    """``(current, step, start)`` of gapless row ``name`` as ``connection``'s transaction sees it.
+
+    None when there is no such row. ``nowait`` locks the row ``FOR UPDATE
+    NOWAIT`` where the database can, so a row another transaction holds
+    raises Django's ``DatabaseError`` at once, as django-sequences does.
+    ``delete`` removes the row instead (the value returned is the deleted row's).
+    """
+    from django.db import DatabaseError
+
+    plan = _plans.get(connection)
+    if plan is None or plan.settings is not conf.get() or plan.generation != sequences.generation():
+        plan = _plan(SequenceConfig(name), connection)
+    lock = nowait and connection.features.has_select_for_update_nowait
+    select, remove = _row_statements_of(_table(plan.store, plan.dialect), lock)
+    run = _runner(connection, plan.dialect)
+    try:
+        rows, _, _ = run(select, {"seq_name": name})
+        if delete and rows:
+            run(remove, {"seq_name": name})
+            _gapless().forget_row(plan.store, name)
+    except DatabaseError as exc:
+        if plan.dialect == "sqlite" and "no such table" in str(exc).lower():
+            return None  # no gapless take made the table yet
+        raise
+    if not rows:
+        return None
+    return int(rows[0]["current"]), int(rows[0]["step"]), int(rows[0]["start"])

@@ -5,6 +5,12 @@ start at 1 again; without this, sequence keys would keep growing. Only
 test databases are touched: the hook is installed when Django migrates
 databases while its test framework is loaded, and it wraps
 ``TransactionTestCase._reset_sequences``, which nothing else calls.
+
+The flush that ends each ``TransactionTestCase`` also deletes the rows that
+django-sequences' API (``get_next_value`` and co.) created in the flushed
+test database, as django-sequences' own table is flushed: tests written for
+it start each test from ``initial_value``. Rows of model fields stay (see
+``SysSequence``).
 """
 
 from __future__ import annotations
@@ -28,7 +34,33 @@ def install_when_testing() -> None:
     if _installed or testcases is None:
         return
     _compat.wrap_reset_sequences(testcases, reset_sequences)
+    _compat.wrap_fixture_teardown(testcases, forget_api_rows)
     _installed = True
+
+
+#: (write alias, name, gapless) of rows django-sequences' API used while testing.
+_api_rows: set[tuple[str, str, bool]] = set()
+
+
+def note_api_row(alias: str, name: str, gapless: bool) -> None:
+    """Remember a row django-sequences' API used, so a test flush deletes it (tests only)."""
+    if _installed:
+        _api_rows.add((alias, name, gapless))
+
+
+def forget_api_rows(using: str) -> list[str]:
+    """Delete the API's rows of test database ``using`` (not those a model field uses)."""
+    from autoseq_django import compat
+    from autoseq_django.maintenance import users
+
+    deleted = []
+    for row in sorted(r for r in _api_rows if r[0] == using):
+        _api_rows.discard(row)
+        alias, name, gapless = row
+        if not users(name):
+            compat.delete(name, using=alias, gapless=gapless)
+            deleted.append(name)
+    return deleted
 
 
 def reset_sequences(using: str) -> list[str]:

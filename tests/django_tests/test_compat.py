@@ -107,3 +107,99 @@ def test_gapless_values_are_given_back_by_a_rollback(backend: str) -> None:
     with transaction.atomic(using=backend):
         assert get_next_value(name, using=backend, gapless=True) == 2
         assert get_next_values(3, name, using=backend, gapless=True) == [3, 4, 5]
+
+
+@pytest.mark.autoseq_transaction
+def test_drop_in_sequence_class(backend: str) -> None:
+    """django_sequences.Sequence: initial value, last value, a range batch, delete, iteration."""
+    from autoseq_django import django_sequences
+
+    name = fresh()
+    invoices = django_sequences.Sequence(name, initial_value=5, using=backend)
+    assert invoices.get_last_value() is None
+    with transaction.atomic(using=backend):
+        assert invoices.get_next_value() == 5
+        assert invoices.get_last_value() == 5
+    assert invoices.get_next_values(3) == range(6, 9)
+    assert next(invoices) == 9
+    assert invoices.delete() is True
+    assert invoices.get_last_value() is None
+    assert invoices.delete() is False
+    assert next(iter(invoices)) == 5  # created again at initial_value
+
+
+def test_drop_in_rollback_gives_the_value_back(backend: str) -> None:
+    """django_sequences.get_next_value is gapless: a rolled-back value is taken again."""
+    from autoseq_django import django_sequences
+
+    name = fresh()
+    taken: list[int] = []
+
+    def take_then_fail() -> None:
+        with transaction.atomic(using=backend):
+            taken.append(django_sequences.get_next_value(name, using=backend))
+            raise RuntimeError("rolled back")
+
+    with pytest.raises(RuntimeError):
+        take_then_fail()
+    assert taken == [1]
+    assert django_sequences.get_next_value(name, using=backend) == 1
+    assert django_sequences.get_last_value(name, using=backend) == 1
+
+
+def test_reset_value_at_or_below_initial_value_is_a_value_error(backend: str) -> None:
+    """Sequence(reset_value <= initial_value) is refused at once, as django-sequences does."""
+    from autoseq_django import Sequence, django_sequences
+
+    for make in (Sequence, django_sequences.Sequence):
+        with pytest.raises(ValueError, match="reset_value=1 must be an int greater"):
+            make(fresh(), initial_value=1, reset_value=1, using=backend)
+
+
+def test_blocks_last_value_and_delete(backend: str) -> None:
+    """From blocks: get_last_value is the top reserved; delete restarts at initial_value."""
+    from autoseq_django import Sequence, delete, get_last_value
+
+    name = fresh()
+    assert get_last_value(name, using=backend) is None
+    first = get_next_value(name, 10, using=backend)
+    assert first == 10
+    assert get_last_value(name, using=backend) == stored_current(backend, name) - 1
+    assert get_next_values(0, name, using=backend) == []
+    assert delete(name, using=backend) is True
+    assert delete(name, using=backend) is False
+    assert Sequence(name, 10, using=backend).get_next_value() == 10  # no buffered value served
+
+
+@pytest.mark.autoseq_transaction
+def test_nowait_raises_when_another_transaction_holds_the_row(backend: str) -> None:
+    """nowait=True (gapless) raises DatabaseError at once while another transaction holds it."""
+    from django.db import DatabaseError, connections
+
+    from autoseq_django import django_sequences
+
+    if not connections[backend].features.has_select_for_update_nowait:
+        pytest.skip(f"{backend} has no SELECT ... FOR UPDATE NOWAIT (SQLite: one writer)")
+    name = fresh()
+    django_sequences.get_next_value(name, using=backend)
+    holding, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        try:
+            with transaction.atomic(using=backend):
+                django_sequences.get_next_value(name, using=backend)
+                holding.set()
+                release.wait(10)
+        finally:
+            connections[backend].close()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert holding.wait(10)
+        with pytest.raises(DatabaseError), transaction.atomic(using=backend):
+            django_sequences.get_next_value(name, nowait=True, using=backend)
+    finally:
+        release.set()
+        holder.join(10)
+    assert django_sequences.get_next_value(name, nowait=True, using=backend) == 3
