@@ -6,6 +6,12 @@ connection with a compare-and-set (see ``maintenance``), never by saving the
 model in the admin's transaction. Rows cannot be added or deleted here:
 sequences are created on first use or by ``manage.py autoseq create``, and a
 deleted row would restart at ``start``, under keys that already exist.
+
+What the list shows is true for the whole deployment: it comes from the
+stored rows. Figures only the process serving the page knows (its rate, its
+next block) are on the change form, under a heading that says so. Django's
+own tables' sequences (``django_migrations``, ``auth_permission`` ...) are
+hidden unless the "origin" filter asks for them.
 """
 
 from __future__ import annotations
@@ -13,8 +19,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from django import forms
+from django.apps import apps
 from django.contrib import admin, messages
-from django.db import router
+from django.db import models, router
 from django.http import HttpRequest, HttpResponse
 
 from autoseq import AutoseqError
@@ -86,45 +93,68 @@ class SysSequenceForm(_Form):
         return cleaned
 
 
+def django_sequence_names() -> set[str]:
+    """Sequences of Django's own tables: its apps' models (many-to-many tables too) and
+    ``django_migrations``, unless a model of the project draws from the same name."""
+    from django.db.migrations.recorder import MigrationRecorder
+
+    from autoseq_django.fields import sequence_fields
+
+    theirs = {MigrationRecorder.Migration._meta.db_table}
+    ours: set[str] = set()
+    for model in apps.get_models(include_auto_created=True):
+        if model._meta.app_config is not None and model._meta.app_config.name.startswith("django."):
+            theirs.add(model._meta.db_table)
+        else:
+            ours.update(field.sequence_name for field in sequence_fields(model))
+    return theirs - ours
+
+
+class OriginFilter(admin.SimpleListFilter):
+    """The project's sequences by default; Django's own tables' on request."""
+
+    title = "origin"
+    parameter_name = "origin"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("django", "Django's own tables"), ("all", "all")]
+
+    def choices(self, changelist: Any) -> Any:
+        yield {
+            "selected": self.value() is None,
+            "query_string": changelist.get_query_string(remove=[self.parameter_name]),
+            "display": "this project's",
+        }
+        for lookup, title in self.lookup_choices:
+            yield {
+                "selected": self.value() == lookup,
+                "query_string": changelist.get_query_string({self.parameter_name: lookup}),
+                "display": title,
+            }
+
+    def queryset(
+        self, request: HttpRequest, queryset: models.QuerySet[SysSequence]
+    ) -> models.QuerySet[SysSequence]:
+        if self.value() == "all":
+            return queryset
+        if self.value() == "django":
+            return queryset.filter(name__in=django_sequence_names())
+        return queryset.exclude(name__in=django_sequence_names())
+
+
 @admin.register(SysSequence)
 class SysSequenceAdmin(_Admin):
     form = SysSequenceForm
-    list_display = (
-        "name",
-        "current",
-        "end",
-        "step",
-        "batch",
-        "batch_count",
-        "cycle",
-        "left",
-        "rate",
-        "time_to_end",
-        "next_block",
-        "updated_at",
-    )
+    # Stored rows only: true whatever process serves the page, and narrow
+    # enough for a 1280 px screen.
+    list_display = ("name", "current", "end", "left", "block", "cycle", "updated_at")
+    list_filter = (OriginFilter,)
     search_fields = ("name",)
-    fields = (
-        "name",
-        "start",
-        "current",
-        "end",
-        "step",
-        "batch",
-        "batch_count",
-        "cycle",
-        "left",
-        "rate",
-        "time_to_end",
-        "next_block",
-        "used_by",
-        "updated_at",
-        "opened_current",
-    )
     readonly_fields = (
         "name",
         "start",
         "left",
+        "block",
         "rate",
         "time_to_end",
         "next_block",
@@ -132,17 +162,58 @@ class SysSequenceAdmin(_Admin):
         "updated_at",
     )
 
+    def get_fieldsets(self, request: HttpRequest, obj: SysSequence | None = None) -> Any:
+        import os
+
+        return [
+            (
+                None,
+                {
+                    "fields": (
+                        "name",
+                        "used_by",
+                        "start",
+                        "current",
+                        "end",
+                        "step",
+                        "batch",
+                        "batch_count",
+                        "cycle",
+                        "opened_current",
+                    )
+                },
+            ),
+            ("Whole deployment (the stored row)", {"fields": ("left", "block", "updated_at")}),
+            (
+                f"This process only (pid {os.getpid()}, the one serving this page)",
+                {
+                    "fields": ("rate", "time_to_end", "next_block"),
+                    "description": "Each worker has its own figures; another request may "
+                    "be served by another worker.",
+                },
+            ),
+        ]
+
     @admin.display(description="values left before end")
     def left(self, obj: SysSequence) -> str:
         values_left = obj.values_left
-        return "unlimited (cycles)" if values_left is None else f"{values_left:,}"
+        if values_left is None:
+            return "unlimited (cycles)"
+        span = obj.as_config().range_size
+        return f"{values_left:,} ({100 * (1 - values_left / span):.0f}% used)"
+
+    @admin.display(description="reserved per block")
+    def block(self, obj: SysSequence) -> str:
+        if not obj.batch:
+            return "1 (no batch)"
+        return f"{obj.batch_count:,} x step {obj.step}" if obj.step != 1 else f"{obj.batch_count:,}"
 
     @admin.display(description="rate (this process)")
     def rate(self, obj: SysSequence) -> str:
         rate = _stats(obj).get("consumption_rate")
         return "-" if not rate else f"{float(rate):,.1f}/s"
 
-    @admin.display(description="time to end")
+    @admin.display(description="time to end (at this process's rate)")
     def time_to_end(self, obj: SysSequence) -> str:
         from autoseq.doctor import format_duration
 

@@ -151,19 +151,83 @@ def test_change_form_shows_this_process_rate_and_next_block(
     from autoseq import SequenceConfig
     from autoseq_django import sequences
 
+    idle = f"idle_{uuid.uuid4().hex[:8]}"
+    sequences.store(sequences.sequence_database(backend)).create(SequenceConfig(idle))
     for _ in range(12):
         Order.objects.using(backend).create()  # past the prefetch point: a second block
     page = admin_client_for.get(change_url("testapp_order")).content.decode()
     for label in ("Rate (this process)", "Time to end", "Next block (this process)"):
         assert label in page
+    assert "This process only (pid " in page
     assert "/s" in page  # two reservations: a measured rate
     assert "ready (" in page or "reserving" in page or "not yet (" in page
     assert "not used by this process" not in page
 
-    idle = f"idle_{uuid.uuid4().hex[:8]}"
-    sequences.store(sequences.sequence_database(backend)).create(SequenceConfig(idle))
-    listing = admin_client_for.get(reverse("admin:autoseq_syssequence_changelist")).content
-    assert "not used by this process" in listing.decode()
+    assert "not used by this process" in admin_client_for.get(change_url(idle)).content.decode()
+
+
+def changelist(client: Client, query: str = "") -> str:
+    response = client.get(reverse("admin:autoseq_syssequence_changelist") + query)
+    assert response.status_code == 200
+    return str(response.content.decode())
+
+
+def column_headers(page: str) -> list[str]:
+    """The result table's column headers, as the admin renders them."""
+    import re
+
+    table = page[page.index('id="result_list"') :]
+    table = table[: table.index("</thead>")]
+    return re.findall(
+        r'<th scope="col"[^>]*>.*?<div class="text">(?:<a [^>]*>|<span>)?([^<]*)', table, re.S
+    )
+
+
+def test_changelist_shows_only_what_the_stored_rows_say(
+    backend: str, admin_client_for: Client
+) -> None:
+    """Seven columns, all read from the stored rows: nothing per process in the list."""
+    Order.objects.using(backend).create()
+    page = changelist(admin_client_for)
+    headers = column_headers(page)
+    assert headers == [
+        "Name",
+        "Current",
+        "End",
+        "Values left before end",
+        "Reserved per block",
+        "Cycle",
+        "Updated at",
+    ]
+    assert "this process" not in page.lower()
+    assert "% used)" in page
+
+
+def test_djangos_own_sequences_are_hidden_by_default(
+    backend: str, admin_client_for: Client
+) -> None:
+    """django_migrations and auth_permission rows show only under the origin filter."""
+    from autoseq import SequenceConfig
+    from autoseq_django import sequences
+
+    store = sequences.store(sequences.sequence_database(backend))
+    for name in ("django_migrations", "auth_permission", "auth_user_groups"):
+        if store.read(name) is None:
+            store.create(SequenceConfig(name))
+    Order.objects.using(backend).create()
+
+    def listed(page: str) -> set[str]:
+        import re
+
+        return set(re.findall(r'class="field-name"><a href="[^"]*">([^<]+)</a>', page))
+
+    default = listed(changelist(admin_client_for))
+    assert "testapp_order" in default
+    assert not default & {"django_migrations", "auth_permission", "auth_user_groups"}
+    theirs = listed(changelist(admin_client_for, "?origin=django"))
+    assert {"django_migrations", "auth_permission", "auth_user_groups"} <= theirs
+    assert "testapp_order" not in theirs
+    assert default | theirs <= listed(changelist(admin_client_for, "?origin=all"))
 
 
 @pytest.mark.autoseq_transaction
