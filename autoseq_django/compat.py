@@ -18,10 +18,11 @@ import.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 
-from autoseq import InvalidSequenceConfig, SequenceConfig, SequenceLock
+from autoseq import InvalidSequenceConfig, SequenceConfig, SequenceLock, SequenceNotFound
 from autoseq_django import conf, sequences, testing
 
 _configs: dict[tuple[str, int, int | None], tuple[conf.AutoseqSettings, SequenceConfig]] = {}
@@ -124,9 +125,9 @@ def get_last_value(
         from autoseq_django.serials import gapless_row
 
         found = gapless_row(sequence_name, connections[alias])
-        if found is None or found[0] == found[2]:
+        if found is None or not _taken_from(found):
             return None  # no row, or one nothing was taken from
-        return found[0] - found[1]
+        return int(found["current"]) - int(found["step"])
     row = sequences.store(sequences.sequence_database(alias)).read(sequence_name)
     if row is None or row.next_value == row.start:
         return None
@@ -225,7 +226,13 @@ def _gapless(
     count: int,
     nowait: bool,
 ) -> list[int]:
-    from autoseq_django.serials import gapless_row, take_gapless_values
+    from autoseq_django.serials import (
+        create_row_here,
+        gapless_row,
+        restart_untouched_row,
+        take_gapless_values,
+        watch_transaction,
+    )
 
     config = _config(sequence_name, initial_value, reset_value)
     alias = using or DEFAULT_DB_ALIAS
@@ -233,6 +240,31 @@ def _gapless(
     testing.note_api_row(alias, sequence_name, True)
     # django-sequences' transaction: the caller's when there is one, else its own.
     with transaction.atomic(using=alias, savepoint=False):
-        if nowait:
+        if nowait and _taken_from(gapless_row(sequence_name, connection)):
+            # A row nothing was taken from does not exist for django-sequences:
+            # its callers wait for whoever is creating it, so only a row in use
+            # is locked without waiting.
             gapless_row(sequence_name, connection, nowait=True)
-        return take_gapless_values(config, connection, count)
+        seen = _last_config.get((alias, sequence_name))
+        if seen is None or seen[0] is not config or seen[1].given_back():
+            # Other arguments than last time, or last time rolled back: a row
+            # nothing was taken from takes them, as a new row would.
+            restart_untouched_row(config, connection)
+            _last_config[alias, sequence_name] = (config, watch_transaction(connection))
+        try:
+            return take_gapless_values(config, connection, count)
+        except SequenceNotFound:
+            if connection.vendor == "sqlite" or gapless_row(sequence_name, connection):
+                raise
+            # Deleted in this very transaction (delete() then get_next_value()).
+            create_row_here(config, connection)
+            return take_gapless_values(config, connection, count)
+
+
+def _taken_from(row: Any) -> bool:
+    return row is not None and int(row["version"]) > 0
+
+
+#: The arguments each gapless name was last taken with, by (alias, name), and
+#: that transaction's token (a rollback undid what was checked then).
+_last_config: dict[tuple[str, str], tuple[SequenceConfig, Any]] = {}

@@ -661,42 +661,55 @@ def _runner(connection: BaseDatabaseWrapper, dialect_name: str) -> Run:
     return run
 
 
-# django-sequences' reads and deletes, in the caller's transaction ------------------
+# django-sequences' reads and writes, in the caller's transaction -------------------
 
-_row_statements: dict[tuple[sa.Table, bool], tuple[Any, Any]] = {}
+_row_statements: dict[tuple[sa.Table, bool], tuple[Any, Any, Any]] = {}
 
 
-def _row_statements_of(table: sa.Table, nowait: bool) -> tuple[Any, Any]:
-    """``SELECT current, step, start`` (``FOR UPDATE NOWAIT`` with ``nowait``) and ``DELETE``."""
+def _row_statements_of(table: sa.Table, nowait: bool) -> tuple[Any, Any, Any]:
+    """``SELECT`` (``FOR UPDATE NOWAIT`` with ``nowait``), ``DELETE`` and re-create of a row.
+
+    The re-create rewrites a row nothing was taken from (version 0, current
+    at start), compared and set on both.
+    """
     import sqlalchemy as sa
 
     found = _row_statements.get((table, nowait))
     if found is None:
-        where = table.c.name == sa.bindparam("seq_name")
-        select = sa.select(table.c.current, table.c.step, table.c.start).where(where)
+        t = table
+        where = t.c.name == sa.bindparam("seq_name")
+        select = sa.select(t).where(where)
         if nowait:
             select = select.with_for_update(nowait=True)
-        found = _row_statements[table, nowait] = (select, sa.delete(table).where(where))
+        recreate = (
+            sa.update(t)
+            .where(where, t.c.version == 0, t.c.current == t.c.start)
+            .values(
+                start=sa.bindparam("new_start", type_=sa.BigInteger),
+                current=sa.bindparam("new_start", type_=sa.BigInteger),
+                end=sa.bindparam("new_end", type_=sa.BigInteger),
+                cycle=sa.bindparam("new_cycle", type_=sa.Boolean),
+            )
+        )
+        found = _row_statements[t, nowait] = (select, sa.delete(t).where(where), recreate)
     return found
 
 
 def gapless_row(
     name: str, connection: BaseDatabaseWrapper, *, nowait: bool = False, delete: bool = False
-) -> tuple[int, int, int] | None:
-    """``(current, step, start)`` of gapless row ``name`` as ``connection``'s transaction sees it.
+) -> Mapping[str, Any] | None:
+    """Gapless row ``name`` as ``connection``'s transaction sees it; None when missing.
 
-    None when there is no such row. ``nowait`` locks the row ``FOR UPDATE
-    NOWAIT`` where the database can, so a row another transaction holds
-    raises Django's ``DatabaseError`` at once, as django-sequences does.
-    ``delete`` removes the row instead (the value returned is the deleted row's).
+    ``nowait`` locks the row ``FOR UPDATE NOWAIT`` where the database can,
+    so a row another transaction holds raises Django's ``DatabaseError`` at
+    once, as django-sequences does. ``delete`` removes the row (the row
+    returned is the deleted one).
     """
     from django.db import DatabaseError
 
-    plan = _plans.get(connection)
-    if plan is None or plan.settings is not conf.get() or plan.generation != sequences.generation():
-        plan = _plan(SequenceConfig(name), connection)
+    plan = _row_plan(name, connection)
     lock = nowait and connection.features.has_select_for_update_nowait
-    select, remove = _row_statements_of(_table(plan.store, plan.dialect), lock)
+    select, remove, _recreate = _row_statements_of(_table(plan.store, plan.dialect), lock)
     run = _runner(connection, plan.dialect)
     try:
         rows, _, _ = run(select, {"seq_name": name})
@@ -707,6 +720,62 @@ def gapless_row(
         if plan.dialect == "sqlite" and "no such table" in str(exc).lower():
             return None  # no gapless take made the table yet
         raise
-    if not rows:
-        return None
-    return int(rows[0]["current"]), int(rows[0]["step"]), int(rows[0]["start"])
+    return rows[0] if rows else None
+
+
+def restart_untouched_row(config: SequenceConfig, connection: BaseDatabaseWrapper) -> bool:
+    """Give row ``config.name`` ``config``'s start, end and cycle if nothing was ever taken
+    from it (version 0, current at start); True when it was rewritten.
+
+    A row is created outside the caller's transaction on a server (see
+    :func:`autoseq.gapless.take_with`), so a rollback leaves it behind,
+    untouched; the next caller's ``initial_value`` / ``reset_value`` are
+    what django-sequences would have created it with.
+    """
+    from django.db import DatabaseError
+
+    plan = _row_plan(config.name, connection)
+    _select, _remove, recreate = _row_statements_of(_table(plan.store, plan.dialect), False)
+    params = {
+        "seq_name": config.name,
+        "new_start": config.start,
+        "new_end": config.end,
+        "new_cycle": config.cycle,
+    }
+    try:
+        _rows, updated, _ = _runner(connection, plan.dialect)(recreate, params)
+    except DatabaseError as exc:
+        if plan.dialect == "sqlite" and "no such table" in str(exc).lower():
+            return False
+        raise
+    return updated == 1
+
+
+def watch_transaction(connection: BaseDatabaseWrapper) -> _Taken:
+    """A token of ``connection``'s current transaction: ``given_back()`` once it rolled back."""
+    token = _Taken(connection.alias)
+    connection.on_commit(token)
+    return token
+
+
+def create_row_here(config: SequenceConfig, connection: BaseDatabaseWrapper) -> None:
+    """Create row ``config`` in ``connection``'s transaction (it was deleted in it).
+
+    Rows are otherwise created outside the caller's transaction, which
+    cannot see a row this transaction deleted until it commits.
+    """
+    import sqlalchemy as sa
+
+    from autoseq.config import utc_now
+
+    plan = _row_plan(config.name, connection)
+    table = _table(plan.store, plan.dialect)
+    values = config.as_row() | {"updated_at": utc_now(), "version": 0}
+    _runner(connection, plan.dialect)(sa.insert(table).values(values), None)
+
+
+def _row_plan(name: str, connection: BaseDatabaseWrapper) -> _Plan:
+    plan = _plans.get(connection)
+    if plan is None or plan.settings is not conf.get() or plan.generation != sequences.generation():
+        plan = _plan(SequenceConfig(name), connection)
+    return plan

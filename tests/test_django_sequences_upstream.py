@@ -11,7 +11,7 @@ so their ``from sequences import ...`` gets autoseq_django's API, and
 ``INSTALLED_APPS`` is ``autoseq_django`` instead of ``sequences``. Twice:
 
 - ``autoseq_django.django_sequences`` (gapless, django-sequences' semantics):
-  every test passes but those in ``EXPECTED_FAILURES["gapless"]``;
+  every test passes;
 - ``autoseq_django`` itself (values from blocks): the tests that read
   django-sequences' gapless behaviour fail by design, as listed.
 
@@ -41,11 +41,6 @@ SHIMS = {
 }
 IN_TRANSACTION = "SingleConnectionInTransactionTests"
 AUTOCOMMIT = "SingleConnectionInAutocommitTests"
-ROW_OUTLIVES_ROLLBACK = (
-    "on a server the row is created in autoseq's own transaction before the caller's "
-    "takes from it, so the test's rollback leaves it, and a later call's other "
-    "initial_value / reset_value meets a stored row, which wins"
-)
 BLOCK_TOP = "get_last_value() from blocks is the top of the reserved block (100), not 1"
 BLOCKS_KEEP_ROWS = (
     "a block is reserved in autoseq's own transaction, which the test's rollback does "
@@ -55,22 +50,7 @@ NO_ROW_LOCK = "values from blocks take no lock the caller holds: the second thre
 #: Upstream tests that fail, by (shim, backend), and why: the table in docs/django.md.
 EXPECTED_FAILURES: dict[tuple[str, str], dict[str, str]] = {
     ("gapless", "sqlite"): {},
-    ("gapless", "postgres"): {
-        "ConcurrencyTests.test_first_access_nowait": (
-            "the row is created in autoseq's own transaction before the first caller "
-            "locks it, so the second caller's nowait finds a locked row and raises, where "
-            "django-sequences' second INSERT waits for the first to commit"
-        ),
-        **{
-            f"{IN_TRANSACTION}.{test}": ROW_OUTLIVES_ROLLBACK
-            for test in (
-                "test_class_iter",
-                "test_class_next",
-                "test_class_reset_value",
-                "test_functions_reset_value",
-            )
-        },
-    },
+    ("gapless", "postgres"): {},
 }
 _BLOCKS = {
     **{

@@ -203,3 +203,38 @@ def test_nowait_raises_when_another_transaction_holds_the_row(backend: str) -> N
         release.set()
         holder.join(10)
     assert django_sequences.get_next_value(name, nowait=True, using=backend) == 3
+
+
+@pytest.mark.autoseq_transaction
+def test_a_rolled_back_first_use_leaves_nothing_behind(backend: str) -> None:
+    """After a rolled-back first use, other initial/reset values start the row anew."""
+    from autoseq_django import django_sequences
+
+    name = fresh()
+
+    def first_use_then_fail() -> None:
+        with transaction.atomic(using=backend):
+            assert django_sequences.get_next_value(name, using=backend) == 1
+            raise RuntimeError("rolled back")
+
+    with pytest.raises(RuntimeError):
+        first_use_then_fail()
+    assert django_sequences.get_last_value(name, using=backend) is None
+    assert [django_sequences.get_next_value(name, 7, 9, using=backend) for _ in range(3)] == [
+        7,
+        8,
+        7,
+    ]
+
+
+@pytest.mark.autoseq_transaction
+def test_delete_then_next_in_one_transaction(backend: str) -> None:
+    """delete() and get_next_value() in one transaction start again at initial_value."""
+    from autoseq_django import django_sequences
+
+    name = fresh()
+    assert django_sequences.get_next_value(name, 40, using=backend) == 40
+    with transaction.atomic(using=backend):
+        assert django_sequences.delete(name, using=backend) is True
+        assert django_sequences.get_next_value(name, 40, using=backend) == 40
+    assert django_sequences.get_last_value(name, using=backend) == 40
