@@ -38,11 +38,13 @@ in tests too. Change rows with the admin or ``manage.py autoseq`` (they
 write through autoseq's own connection), not by saving ``SysSequence``
 inside your transactions.
 
-``manage.py autoseq list | create | set | sync | apply`` manages rows. Keys
+``manage.py autoseq list | create | set | change | sync | apply | doctor ...`` manages rows. Keys
 loaded with their own values (``loaddata``, explicit bulk loads) and fields a
 migration converts move their sequences past them by themselves.
 ``DEFAULT_AUTO_FIELD = "autoseq_django.fields.SequenceAutoField"`` keys every
-model; ``get_next_value(name)`` serves code written for django-sequences.
+model; ``get_next_value(name)``, ``get_last_value``, ``delete`` and ``Sequence``
+serve code written for django-sequences from blocks, and
+``autoseq_django.django_sequences`` is the same API with its gapless semantics.
 """
 
 from __future__ import annotations
