@@ -42,9 +42,10 @@ upstream-mongoengine: $(VENV)/.installed
 # and PostgreSQL. Its sdist ships no tests: they come from a git clone (cloned here
 # unless DJANGO_SEQUENCES_REPO names one); docs/django.md lists the differences.
 DJANGO_SEQUENCES_REPO ?= $(UPSTREAM)/django-sequences
+DJANGO_SEQUENCES_GIT ?= https://github.com/aaugustin/django-sequences
 upstream-django-sequences: $(VENV)/.installed
 	test -e $(DJANGO_SEQUENCES_REPO) || git clone -q --depth 1 \
-		https://github.com/aaugustin/django-sequences $(DJANGO_SEQUENCES_REPO)
+		$(DJANGO_SEQUENCES_GIT) $(DJANGO_SEQUENCES_REPO)
 	AUTOSEQ_DJANGO_SEQUENCES_REPO=$(abspath $(DJANGO_SEQUENCES_REPO)) \
 		$(PY) -m pytest tests/test_django_sequences_upstream.py
 
