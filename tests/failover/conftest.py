@@ -12,7 +12,14 @@ from collections.abc import Callable, Iterator
 import pytest
 from backends import unavailable
 
-from .servers import PostgresPair, RedisPair, pg_missing, redis_missing
+from .servers import (
+    PgBouncer,
+    PostgresPair,
+    RedisPair,
+    pg_missing,
+    pgbouncer_missing,
+    redis_missing,
+)
 
 
 @pytest.fixture
@@ -42,3 +49,19 @@ def redis_pair() -> Iterator[RedisPair]:
     pair = RedisPair()
     yield pair
     pair.close()
+
+
+@pytest.fixture
+def pgbouncer() -> Iterator[PgBouncer]:
+    """A PgBouncer in transaction pooling mode before the local PostgreSQL; stopped afterwards."""
+    problem = pgbouncer_missing()
+    if problem:
+        unavailable("pgbouncer", problem)
+    from backends import POSTGRES_URL, sql_url
+    from sqlalchemy.engine import make_url
+
+    sql_url("postgres", "")  # skips (or fails) first when PostgreSQL itself is absent
+    server = make_url(POSTGRES_URL)
+    bouncer = PgBouncer(server.host or "127.0.0.1", server.port or 5432)
+    yield bouncer
+    bouncer.close()

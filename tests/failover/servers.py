@@ -357,3 +357,100 @@ class RedisPair:
             with contextlib.suppress(Exception):
                 server.kill()
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+PGBOUNCER = shutil.which("pgbouncer") or (
+    "/usr/sbin/pgbouncer" if Path("/usr/sbin/pgbouncer").exists() else None
+)
+#: The ports a PgBouncer of the tests may take (spare ones on this machine).
+PGBOUNCER_PORTS = range(16400, 16500)
+
+
+def pgbouncer_missing() -> str | None:
+    """Why a PgBouncer cannot be started here, or None."""
+    if PGBOUNCER is None:
+        return "pgbouncer not found (apt-get install -y pgbouncer)"
+    if os.geteuid() == 0 and shutil.which("runuser") is None:
+        return "running as root (pgbouncer refuses it) and runuser is missing"
+    return None
+
+
+def _spare_port(ports: range) -> int:
+    for port in ports:
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no spare port in {ports.start}-{ports.stop - 1}")
+
+
+class PgBouncer:
+    """A PgBouncer in ``pool_mode`` in front of ``host:port``, trust auth, on a spare port.
+
+    Run as the PostgreSQL user when this is root (PgBouncer refuses root).
+    Few server connections (``pool_size``), so clients share them as they
+    do behind a real pooler and a session's state lands on other clients.
+    """
+
+    def __init__(
+        self, host: str, port: int, *, pool_mode: str = "transaction", pool_size: int = 4
+    ) -> None:
+        assert PGBOUNCER is not None
+        self.root = _workdir("autoseq-pgbouncer-")
+        self.port = _spare_port(PGBOUNCER_PORTS)
+        users = self.root / "users.txt"
+        users.write_text(f'"{PG_USER}" ""\n')
+        config = self.root / "pgbouncer.ini"
+        config.write_text(
+            "[databases]\n"
+            f"* = host={host} port={port}\n"
+            "[pgbouncer]\n"
+            f"listen_addr = 127.0.0.1\nlisten_port = {self.port}\nunix_socket_dir =\n"
+            f"auth_type = trust\nauth_file = {users}\n"
+            f"pool_mode = {pool_mode}\ndefault_pool_size = {pool_size}\n"
+            "max_client_conn = 500\nserver_reset_query =\n"
+            "ignore_startup_parameters = extra_float_digits,options\n"
+            f"logfile = {self.root / 'pgbouncer.log'}\n"
+        )
+        if os.geteuid() == 0:
+            for path in (users, config):
+                shutil.chown(path, PG_USER, PG_USER)
+        self.process = subprocess.Popen(
+            _as_pg_user([PGBOUNCER, str(config)]),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            self._wait()
+        except BaseException:
+            self.close()
+            raise
+
+    def _wait(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            with socket.socket() as sock:
+                if sock.connect_ex(("127.0.0.1", self.port)) == 0:
+                    return
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                log = (self.root / "pgbouncer.log").read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"pgbouncer did not start on {self.port}: {log}")
+            time.sleep(0.05)
+
+    def url(self, dbname: str = "test", query: str = "") -> str:
+        """A SQLAlchemy URL through this PgBouncer (``query``: extra URL options)."""
+        tail = f"?{query}" if query else ""
+        return f"postgresql+psycopg://{PG_USER}@127.0.0.1:{self.port}/{dbname}{tail}"
+
+    def close(self) -> None:
+        """Stop PgBouncer and remove its files."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+        shutil.rmtree(self.root, ignore_errors=True)

@@ -60,6 +60,9 @@ class FaultProxy:
         self.latency = 0.0
         self.accepted = 0
         self.resets = 0
+        #: Chunks forwarded each way ("up": client to server): a client's
+        #: request is one chunk, so "up" counts round trips.
+        self.chunks = {"up": 0, "down": 0}
         self._stalled = False
         self._cutting = False
         self._triggers: list[_Trigger] = []
@@ -205,6 +208,7 @@ class FaultProxy:
                     pair.held = True  # the client never sees the reply to this chunk
                 if self.latency:
                     time.sleep(self.latency)
+                self.chunks[direction] += 1
                 dst.sendall(data)
                 if trigger is not None:
                     if trigger.on_fire is not None:

@@ -25,7 +25,7 @@ import os
 import random
 import time
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
@@ -51,7 +51,7 @@ from autoseq.stores.sql._appfile import (
     locked,
 )
 from autoseq.stores.sql._engine import _enable_wal as _enable_wal
-from autoseq.stores.sql._engine import make_engine, needs_watchdog
+from autoseq.stores.sql._engine import make_engine, needs_watchdog, transaction_settings
 from autoseq.stores.sql._forkgate import _ForkGate as _ForkGate
 from autoseq.stores.sql._replication import (
     SYNCHRONOUS_COMMIT,
@@ -68,6 +68,7 @@ from autoseq.stores.sql._statements import (
     missing_table,
     name_type,
     sequence_table,
+    speaks_postgresql,
     validate_table_name,
 )
 from autoseq.stores.sql._urls import (
@@ -133,12 +134,18 @@ class SQLStore:
         sqlite_timeout: float = 30.0,
         statement_timeout: float = 10.0,
         synchronous_commit: str | None = "on",
+        connect_args: Mapping[str, Any] | None = None,
     ) -> None:
         self.table_name = validate_table_name(table)
         synchronous_commit = validate_synchronous_commit(synchronous_commit)
         engine_or_url = getattr(engine_or_url, "sync_engine", engine_or_url)  # an AsyncEngine
         if isinstance(engine_or_url, Engine):
             app_url = engine_or_url.url
+            if connect_args is not None:
+                raise InvalidSequenceConfig(
+                    "SQLStore(engine, connect_args=...): the store connects as the engine "
+                    "does; give the options to create_engine(), or give SQLStore a URL"
+                )
         elif isinstance(engine_or_url, (str, URL)):
             app_url = make_url(engine_or_url)
         else:
@@ -167,8 +174,9 @@ class SQLStore:
             sqlite_timeout=sqlite_timeout,
             statement_timeout=statement_timeout,
             watch=self._watch,
+            connect_args=connect_args,
+            creator=_connects_like(engine_or_url, self.url),
         )
-        self._one_statement = _one_statement_reservation(self.table, self.engine)
         #: Where gapless rows live on SQLite: ``main.<table>_gapless`` of the
         #: application's file, which the caller's transaction covers.
         self.gapless_table = gapless_sqlite_table(self.table_name)
@@ -180,7 +188,24 @@ class SQLStore:
         self.replication = (
             Replication(self.engine, synchronous_commit) if self.dialect == "postgresql" else None
         )
+        settings = self._session_settings(statement_timeout)
+        transaction_settings(self.engine, settings)
+        self._one_statement = _one_statement_reservation(self.table, self.engine, settings)
         reset_after_fork(self)
+
+    def _session_settings(self, statement_timeout: float) -> dict[str, str]:
+        """What each transaction sets for itself (PostgreSQL and its look-alikes).
+
+        ``lock_timeout``: a row held by a stuck transaction fails the wait
+        cleanly (retried, then ``ReservationConflict``) within half of
+        ``statement_timeout``; ``synchronous_commit`` (PostgreSQL itself).
+        """
+        if not speaks_postgresql(self.engine.dialect):
+            return {}
+        settings = {"lock_timeout": str(max(1, int(statement_timeout * 500)))}
+        if self.replication is not None:
+            settings |= self.replication.settings()
+        return settings
 
     # engine ---------------------------------------------------------------
 
@@ -531,7 +556,7 @@ class SQLStore:
         if statement is None or count < 1:
             return None
         params = {"seq_name": name, "count": count, "span": count - 1, "now": utc_now()}
-        if self.dialect == "postgresql":
+        if self.dialect != "sqlite":  # SQLite takes its write lock with BEGIN IMMEDIATE
             with self._connection() as connection:
                 connection.execution_options(isolation_level="AUTOCOMMIT")
                 row = connection.execute(statement, params).mappings().first()
@@ -645,6 +670,21 @@ class SQLStore:
         self.engine.dispose()
         if self._app_rows is not None:
             self._app_rows.dispose()
+
+
+def _connects_like(engine_or_url: object, url: URL) -> Callable[..., Any] | None:
+    """An application engine's own way to connect, where the store connects the same way.
+
+    Its ``connect_args``, ``do_connect`` hooks or custom ``creator`` then
+    apply to the store's connections too (a pooler's options, credentials
+    from a connector). Not where the store swapped an asyncio driver for a
+    sync one, nor on SQLite, whose store lives in a companion file.
+    """
+    if not isinstance(engine_or_url, Engine) or url.get_backend_name() == "sqlite":
+        return None
+    if engine_or_url.url.drivername != url.drivername:
+        return None
+    return engine_or_url.pool._creator
 
 
 _gated: weakref.WeakSet[SQLStore] = weakref.WeakSet()

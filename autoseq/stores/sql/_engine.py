@@ -1,17 +1,20 @@
-"""The store's own engine per dialect: pool sizes, timeouts, SQLite's WAL and write lock."""
+"""The store's own engine: pool, timeouts, the caller's options, SQLite's WAL and write lock."""
 
 from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.engine.url import URL
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.pool import QueuePool
 
+from autoseq.errors import InvalidSequenceConfig
 from autoseq.stores.sql._watchdog import SocketWatch
 
 _MYSQL_DRIVERS = ("pymysql", "mysqldb", "mariadbconnector")
@@ -30,55 +33,138 @@ def make_engine(
     sqlite_timeout: float,
     statement_timeout: float,
     watch: SocketWatch | None,
+    connect_args: Mapping[str, Any] | None = None,
+    creator: Callable[..., Any] | None = None,
 ) -> Engine:
-    """The store's engine on ``url``; ``watch`` sees every connection it opens."""
-    kwargs: dict[str, Any] = {"pool_pre_ping": True}
+    """The store's engine on ``url``; ``watch`` sees every connection it opens.
+
+    ``connect_args`` are the caller's options, over the store's own;
+    ``creator`` (an application engine's own way to connect) replaces both.
+    No pre-ping: a connection idle a while is pinged at checkout, a busy
+    one is not (see :func:`_ping_when_idle`).
+    """
     sqlite = url.get_backend_name() == "sqlite"
     if sqlite:
-        kwargs = {"connect_args": {"timeout": sqlite_timeout, "check_same_thread": False}}
+        kwargs: dict[str, Any] = {
+            "connect_args": {"timeout": sqlite_timeout, "check_same_thread": False}
+        }
         if private_memory:
             # The database lives only as long as its one connection, and
             # that connection must serve one thread at a time, or a
             # prefetch worker's transaction interleaves with a caller's:
             # a pool of exactly one, lent out in turn.
             kwargs.update(poolclass=QueuePool, pool_size=1, max_overflow=0, pool_timeout=60)
-    else:
-        kwargs.update(pool_size=2, max_overflow=8, pool_recycle=3600)
-        driver = url.get_driver_name()
-        if driver in ("psycopg", "psycopg2", *_MYSQL_DRIVERS):
-            kwargs["connect_args"] = {"connect_timeout": max(1, int(connect_timeout))}
-        if driver in _MYSQL_DRIVERS:
-            timeout = max(1, int(statement_timeout))
-            lock_wait = max(1, int(statement_timeout / 2))
-            kwargs["connect_args"].update(
-                read_timeout=timeout,
-                write_timeout=timeout,
-                init_command=f"SET SESSION innodb_lock_wait_timeout = {lock_wait}",
-            )
-    engine = sa.create_engine(url, **kwargs)
-    if sqlite:
+        engine = sa.create_engine(url, **kwargs)
         _sqlite_immediate(engine, private_memory, sqlite_timeout)
-    elif watch is not None:
-        _watch_connections(engine, watch, statement_timeout)
+        return engine
+    url, options = driver_options(url, connect_args)
+    kwargs = {"pool_size": 2, "max_overflow": 8, "pool_recycle": 3600}
+    if creator is not None:
+        kwargs["creator"] = creator
+    else:
+        kwargs["connect_args"] = _own_options(url, connect_timeout, statement_timeout) | options
+    engine = sa.create_engine(url, **kwargs)
+    if url.get_driver_name() == "psycopg" and "prepare_threshold" not in options:
+        _no_prepared_statements(engine)
+    _ping_when_idle(engine)
+    if watch is not None:
+        event.listen(engine, "connect", lambda dbapi_connection, _: watch.add(dbapi_connection))
     return engine
 
 
-def _watch_connections(engine: Engine, watch: SocketWatch, statement_timeout: float) -> None:
-    postgresql = engine.dialect.name == "postgresql"
+def _own_options(url: URL, connect_timeout: float, statement_timeout: float) -> dict[str, Any]:
+    driver = url.get_driver_name()
+    options: dict[str, Any] = {}
+    if driver in ("psycopg", "psycopg2", *_MYSQL_DRIVERS):
+        options["connect_timeout"] = max(1, int(connect_timeout))
+    if driver in _MYSQL_DRIVERS:
+        timeout = max(1, int(statement_timeout))
+        lock_wait = max(1, int(statement_timeout / 2))
+        options.update(
+            read_timeout=timeout,
+            write_timeout=timeout,
+            init_command=f"SET SESSION innodb_lock_wait_timeout = {lock_wait}",
+        )
+    return options
 
+
+def driver_options(url: URL, connect_args: Mapping[str, Any] | None) -> tuple[URL, dict[str, Any]]:
+    """``url`` without the query options the driver cannot take as text, and the caller's options.
+
+    psycopg's ``prepare_threshold`` arrives from a URL as text, which psycopg
+    stores as given and fails on (``TypeError``) at the fifth statement; it
+    is read here as a number or ``None``.
+    """
+    options = dict(connect_args or {})
+    raw = url.query.get("prepare_threshold")
+    if raw is None or url.get_driver_name() != "psycopg":
+        return url, options
+    text = raw if isinstance(raw, str) else raw[-1]
+    if text.strip().lower() in ("none", "null", ""):
+        options.setdefault("prepare_threshold", None)
+    elif text.strip().isdigit():
+        options.setdefault("prepare_threshold", int(text))
+    else:
+        raise InvalidSequenceConfig(
+            f"prepare_threshold={text!r} in the database URL; use a number of executions "
+            "or None (no server-side prepared statements, as PgBouncer's transaction "
+            "pooling needs)"
+        )
+    return url.difference_update_query(["prepare_threshold"]), options
+
+
+def _no_prepared_statements(engine: Engine) -> None:
+    # A server-side prepared statement lives on one server connection; behind
+    # a pooler in transaction mode (PgBouncer) the next transaction may run on
+    # another, where it "does not exist". The store's statements are short
+    # and few, so it prepares none unless the caller asks.
     @event.listens_for(engine, "connect")
     def _connect(dbapi_connection: Any, _record: Any) -> None:
-        watch.add(dbapi_connection)
-        if postgresql:
-            # A row held by a stuck transaction fails the wait cleanly
-            # (retried, then ReservationConflict). A session setting, not a
-            # startup option, so poolers that refuse options still connect.
-            autocommit = dbapi_connection.autocommit
-            dbapi_connection.autocommit = True
-            cursor = dbapi_connection.cursor()
-            cursor.execute(f"SET lock_timeout = {max(1, int(statement_timeout * 500))}")
-            cursor.close()
-            dbapi_connection.autocommit = autocommit
+        dbapi_connection.prepare_threshold = None
+
+
+#: A pooled connection unused this long (s) is pinged at checkout; a busier
+#: one goes straight to its statement (one round trip per reservation), and a
+#: disconnect that statement meets is retried on a new connection.
+IDLE_PING = 1.0
+_IDLE_SINCE = "autoseq_idle_since"
+
+
+def _ping_when_idle(engine: Engine) -> None:
+    @event.listens_for(engine, "checkin")
+    def _checkin(_dbapi_connection: Any, record: Any) -> None:
+        if record is not None:
+            record.info[_IDLE_SINCE] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _checkout(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        since = record.info.get(_IDLE_SINCE)
+        if since is None or time.monotonic() - since < IDLE_PING:
+            return
+        try:
+            engine.dialect.do_ping(dbapi_connection)
+        except Exception as exc:
+            # The pool replaces a connection whose checkout raises this.
+            raise DisconnectionError(f"idle connection found closed: {exc}") from exc
+
+
+def transaction_settings(engine: Engine, settings: Mapping[str, str]) -> None:
+    """Apply ``settings`` (PostgreSQL parameters) to every transaction of ``engine`` alone.
+
+    ``SET LOCAL`` through ``set_config(..., true)``: a session setting would
+    outlive the transaction on a pooled server connection (PgBouncer in
+    transaction mode) and land on another client's, and would be missing
+    from the next transaction this store runs there.
+    """
+    if not settings:
+        return
+    calls = ", ".join(f"set_config('{name}', '{value}', true)" for name, value in settings.items())
+
+    @event.listens_for(engine, "begin")
+    def _begin(connection: Connection) -> None:
+        # An autocommit statement carries its own (the one-statement reservation).
+        if connection.get_execution_options().get("isolation_level") != "AUTOCOMMIT":
+            connection.exec_driver_sql(f"SELECT {calls}")
 
 
 def _sqlite_immediate(engine: Engine, private_memory: bool, sqlite_timeout: float) -> None:

@@ -1,7 +1,8 @@
 """PostgreSQL: commits durable where a failover can reach, and noticing a new primary.
 
-Every connection of the store's engine sets ``synchronous_commit`` for its
-session (``"on"`` by default): a server or role configured with ``off``
+Every transaction and reservation of the store's engine sets
+``synchronous_commit`` for itself (``"on"`` by default; ``SET LOCAL``, so a
+pooler's shared server connection keeps nothing): a server or role configured with ``off``
 acknowledges a commit before it is on disk, so even one server repeats
 values after a crash, and with a synchronous standby ``on`` also waits for
 the standby to have the commit before the reservation is handed out.
@@ -59,6 +60,11 @@ class _Warnings(threading.local):
 class Replication:
     """Session set-up, commit warnings and the primary's identity for one PostgreSQL engine."""
 
+    def settings(self) -> dict[str, str]:
+        """The parameters each transaction of the store sets for itself."""
+        level = self.synchronous_commit
+        return {} if level is None else {"synchronous_commit": level}
+
     def __init__(self, engine: Engine, synchronous_commit: str | None) -> None:
         self.synchronous_commit = synchronous_commit
         self.primary: tuple[str, str] | None = None
@@ -73,8 +79,6 @@ class Replication:
         dbapi_connection.autocommit = True
         try:
             cursor = dbapi_connection.cursor()
-            if self.synchronous_commit is not None:
-                cursor.execute(f"SET synchronous_commit = {self.synchronous_commit}")
             self._note_identity(cursor)
             cursor.close()
         finally:

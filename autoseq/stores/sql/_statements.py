@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
+from sqlalchemy.dialects.postgresql.base import PGDialect
 from sqlalchemy.engine import Connection, Dialect, Engine
 from sqlalchemy.exc import DBAPIError, NoSuchTableError
 
@@ -122,17 +124,29 @@ class _Conflict(Exception):
     """The row moved between read and write; try again."""
 
 
+#: SQLSTATEs worth another try: serialization failure (PostgreSQL, and the
+#: "restart transaction" of CockroachDB and YugabyteDB), deadlock, lock not
+#: available (a lock_timeout).
+RETRY_SQLSTATES = frozenset({"40001", "40P01", "55P03"})
+#: MySQL-protocol error numbers worth another try: lock wait timeout and
+#: deadlock (MySQL, MariaDB), and TiDB's optimistic-transaction conflicts:
+#: 8002 (SELECT FOR UPDATE write conflict), 8022 (transaction retry failed),
+#: 8028 (schema changed under the transaction), 9007 (write conflict).
+RETRY_ERRNOS = frozenset({1205, 1213, 8002, 8022, 8028, 9007})
+
+
 def _retryable(exc: DBAPIError) -> bool:
-    # Deadlocks, serialization failures and lock waits are worth another try;
-    # a connection that was dropped is too (pre-ping replaces it).
+    # A connection that was dropped is worth another try too: the retry takes
+    # a new one (the pool invalidated the old ones).
     if exc.connection_invalidated:
         return True
     orig = exc.orig
-    code = getattr(orig, "sqlstate", None) or ""
-    if code in ("40001", "40P01", "55P03"):
+    # psycopg 3 names it sqlstate, psycopg2 (CockroachDB's default driver) pgcode.
+    code = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None) or ""
+    if code in RETRY_SQLSTATES:
         return True
     args = getattr(orig, "args", ())
-    if args and isinstance(args[0], int) and args[0] in (1205, 1213):
+    if args and isinstance(args[0], int) and args[0] in RETRY_ERRNOS:
         return True
     return "database is locked" in str(orig).lower()
 
@@ -147,23 +161,38 @@ def missing_table(exc: BaseException, table_name: str) -> bool:
     ) and table_name.lower() in text
 
 
-def _one_statement_reservation(table: sa.Table, engine: Engine) -> sa.Update | None:
+def speaks_postgresql(dialect: Dialect) -> bool:
+    """Whether ``dialect`` speaks PostgreSQL's SQL (PostgreSQL, CockroachDB, YugabyteDB...).
+
+    Its own class or a subclass of SQLAlchemy's PostgreSQL dialect, whatever
+    its name: ``set_config`` and ``lock_timeout`` are there.
+    """
+    return isinstance(dialect, PGDialect)
+
+
+def _one_statement_reservation(
+    table: sa.Table, engine: Engine, settings: Mapping[str, str]
+) -> sa.Update | None:
     """``UPDATE ... RETURNING`` taking ``:count`` values of an ordinary row, or None.
 
-    Every comparison is written so no intermediate sum can leave the BIGINT
-    range (``start >= 0``, divisions instead of products), and the new
-    ``current`` is at most ``2**63 - 1 - step`` by the last condition, so
-    the database never raises an overflow and never stores a value
-    ``SequenceConfig`` would refuse.
+    Where the dialect can ``UPDATE ... RETURNING`` (its ``update_returning``),
+    whatever its name. Every comparison is written so no intermediate sum can
+    leave the BIGINT range (``start >= 0``, divisions instead of products),
+    and the new ``current`` is at most ``2**63 - 1 - step`` by the last
+    condition, so the database never raises an overflow and never stores a
+    value ``SequenceConfig`` would refuse. ``settings`` (PostgreSQL
+    parameters) are set for the statement's own transaction inside it
+    (``set_config(..., true)``, evaluated before the row is locked and
+    still in force at the commit), so they cost no round trip of their own.
     """
-    dialect = engine.dialect.name
-    if dialect == "sqlite":
+    dialect = engine.dialect
+    if not dialect.update_returning:
+        return None  # MariaDB and MySQL have no UPDATE ... RETURNING
+    if dialect.name == "sqlite":
         import sqlite3
 
         if sqlite3.sqlite_version_info < (3, 35):
             return None
-    elif dialect != "postgresql":
-        return None  # MariaDB and MySQL have no UPDATE ... RETURNING
     c = table.c
     span = sa.bindparam("span", type_=sa.BigInteger)
     top = sa.literal(MAX_VALUE, sa.BigInteger) - c.step  # never overflows: step >= 1
@@ -184,6 +213,7 @@ def _one_statement_reservation(table: sa.Table, engine: Engine) -> sa.Update | N
             (c.current - c.start) % c.step == 0,
             (c.end - c.current) // c.step >= span,
             (top - c.current) // c.step >= span,
+            *(sa.func.set_config(k, v, sa.true()).is_not(None) for k, v in settings.items()),
         )
         .values(
             current=c.current + sa.bindparam("count", type_=sa.BigInteger) * c.step,
