@@ -25,6 +25,8 @@ reserved block back.
 from __future__ import annotations
 
 import contextvars
+import dataclasses
+import logging
 import random
 import re
 import threading
@@ -39,7 +41,9 @@ from bson.codec_options import CodecOptions
 from pymongo import ReturnDocument
 from pymongo.database import Database
 from pymongo.errors import ConfigurationError, DuplicateKeyError, PyMongoError
+from pymongo.read_concern import ReadConcern
 from pymongo.read_preferences import ReadPreference
+from pymongo.server_type import SERVER_TYPE
 from pymongo.write_concern import WriteConcern
 
 from autoseq.config import SequenceConfig, utc_now, validate_name
@@ -57,6 +61,9 @@ if TYPE_CHECKING:
     from pymongo.collection import Collection
 
 _T = TypeVar("_T")
+log = logging.getLogger("autoseq")
+#: Read concerns a store may ask for (None: the server's default).
+READ_CONCERNS = ("majority", "linearizable", "local")
 _COLLECTION_NAME = re.compile(r"^(?!system\.)[^$\x00]{1,120}$")
 #: The row's settings; a compare-and-set on all of them fails when ``update()``
 #: (or a hand edit, valid or not) changed any since the row was read, so the
@@ -89,6 +96,12 @@ class MongoStore:
     this process and never closed by the store; after ``os.fork()`` the child
     opens its own. ``timeout`` (seconds) bounds every operation, server
     selection included; ``max_retries`` bounds compare-and-set conflicts.
+    ``write_concern`` (``"majority"``, the default, or a number of members)
+    is what every sequence and lease write waits for before a value is
+    handed out: on a replica set only ``"majority"`` survives a failover.
+    ``read_concern`` (``"majority"``, the default, ``"linearizable"``,
+    ``"local"`` or None for the server's) is what rows are read at, so a
+    block is never planned from a write a failover could roll back.
     """
 
     def __init__(
@@ -99,8 +112,13 @@ class MongoStore:
         database: str | None = None,
         max_retries: int = 30,
         timeout: float = 10.0,
+        write_concern: str | int = "majority",
+        read_concern: str | None = "majority",
     ) -> None:
         self.collection_name = validate_collection_name(collection)
+        self.write_concern = validate_write_concern(write_concern)
+        self.read_concern = validate_read_concern(read_concern)
+        self.primary = PrimaryWatch()
         self.max_retries = max_retries
         self.timeout = timeout
         self.reservations = 0
@@ -162,7 +180,8 @@ class MongoStore:
                 database = self._client[self.database_name]
                 options: dict[str, Any] = {
                     "read_preference": ReadPreference.PRIMARY,
-                    "write_concern": WriteConcern(w="majority"),
+                    "write_concern": WriteConcern(w=self.write_concern),
+                    "read_concern": ReadConcern(self.read_concern),
                 }
                 try:
                     collection = database.get_collection(
@@ -296,7 +315,7 @@ class MongoStore:
         if stored is not None:
             block = self._increment(name, stored, count)
             if block is not None:
-                return block
+                return self._noticed(block)
             stored = None
         conflicts = 0
         while conflicts < self.max_retries:
@@ -314,7 +333,7 @@ class MongoStore:
             if updated is not None:
                 self._rows[name] = updated
                 self.reservations += 1
-                return block
+                return self._noticed(block)
             # A remembered row that lost was stale (another process reserved
             # since): read again at once. A freshly read row that lost means
             # real contention, so back off with jitter before trying again.
@@ -327,6 +346,21 @@ class MongoStore:
             "raise batch_count (fewer, larger reservations) or MongoStore(max_retries=...)",
             name=name,
         )
+
+    def _noticed(self, block: Block) -> Block:
+        """``block``, marked when the client now writes to another primary (a failover)."""
+        if self.primary.observe(self._client) and not block.failover:
+            return dataclasses.replace(block, failover=True)
+        return block
+
+    def replication_findings(self) -> list[tuple[str, str]]:
+        """(level, message) pairs for ``doctor``: could a failover repeat values?"""
+        hello = self._run("doctor", "asking the server who it is", None, self._hello)
+        return replication_findings(hello, self.write_concern, self.read_concern)
+
+    def _hello(self) -> Mapping[str, Any]:
+        database = self.collection.database
+        return dict(database.client.admin.command("hello"))
 
     def _increment(self, name: str, stored: Mapping[str, Any], count: int) -> Block | None:
         """Reserve with one ``$inc`` while the block fits below ``end``: no conflicts.
@@ -587,3 +621,110 @@ def check_documents(database: Database[Any], collection: str, field: str) -> Non
             f"no document in {database.name}.{collection} has a field {field!r}; "
             "check the field name"
         )
+
+
+def validate_write_concern(value: object) -> str | int:
+    """``value`` if it is ``"majority"`` or a number of members (1 or more), else raise."""
+    if value == "majority":
+        return "majority"
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    raise InvalidSequenceConfig(
+        f"write_concern={value!r}; use 'majority' (a reservation survives a failover) or a "
+        "number of members that must have it (1: the primary alone, which a failover can roll "
+        "back)"
+    )
+
+
+def validate_read_concern(value: object) -> str | None:
+    """``value`` if it is one of :data:`READ_CONCERNS` or None, else raise."""
+    if value is None or (isinstance(value, str) and value in READ_CONCERNS):
+        return value
+    raise InvalidSequenceConfig(
+        f"read_concern={value!r}; use one of {', '.join(READ_CONCERNS)}, or None for the "
+        "server's default"
+    )
+
+
+class PrimaryWatch:
+    """Which primary a client writes to: its replica set, election id and config version.
+
+    pymongo keeps the primary's ``hello`` reply in its topology description
+    (no round trip to look): a new ``electionId`` (or ``setVersion``) on the
+    primary of the same set means another member was elected, a failover.
+    """
+
+    def __init__(self) -> None:
+        self.identity: tuple[Any, ...] | None = None
+        self._guard = threading.Lock()
+
+    def observe(self, client: Any) -> bool:
+        """Note the primary ``client`` sees now; True when it is another than before."""
+        description = getattr(client, "topology_description", None)  # mongomock has none
+        if description is None:
+            return False
+        return self.note(description.server_descriptions().values())
+
+    def note(self, servers: Any) -> bool:
+        """Note the primary among ``servers`` (pymongo ``ServerDescription``); True if new."""
+        primaries = [
+            (server.replica_set_name, server.election_id, server.set_version)
+            for server in servers
+            if server.server_type == SERVER_TYPE.RSPrimary
+        ]
+        if len(primaries) != 1 or primaries[0][1] is None:
+            return False  # a standalone, or the driver does not know one now
+        with self._guard:
+            before, self.identity = self.identity, primaries[0]
+        if before is None or before == primaries[0]:
+            return False
+        log.warning(
+            "MongoDB primary changed (replica set %s, election %s, version %s; was election "
+            "%s, version %s): a failover; blocks reserved before are dropped",
+            primaries[0][0],
+            primaries[0][1],
+            primaries[0][2],
+            before[1],
+            before[2],
+        )
+        return True
+
+
+def replication_findings(
+    hello: Mapping[str, Any], write_concern: str | int, read_concern: str | None
+) -> list[tuple[str, str]]:
+    """(level, message) pairs: could a failover repeat values, given the server's ``hello``?"""
+    if "setName" not in hello:
+        if hello.get("msg") == "isdbgrid":
+            return [("ok", "a sharded cluster: each shard is a replica set; see its own check")]
+        return [("ok", "a standalone server: no failover can roll a reservation back")]
+    members = len(hello.get("hosts", [])) + len(hello.get("passives", []))
+    found: list[tuple[str, str]] = []
+    if write_concern != "majority":
+        found.append(
+            (
+                "error",
+                f"replica set {hello['setName']!r} ({members} member(s)) and the store writes "
+                f"with w:{write_concern}: a failover can roll back a reservation the primary "
+                "alone had, and hand its values out again; use "
+                "MongoStore(write_concern='majority') (the default)",
+            )
+        )
+    else:
+        found.append(
+            (
+                "ok",
+                f"replica set {hello['setName']!r} ({members} member(s)): reservations and "
+                "leases wait for a majority (w:majority)",
+            )
+        )
+    if read_concern in (None, "local"):
+        found.append(
+            (
+                "warning",
+                f"read concern {read_concern or 'the server default'}: a row read may be a "
+                "write a failover rolls back; use MongoStore(read_concern='majority') "
+                "(the default)",
+            )
+        )
+    return found

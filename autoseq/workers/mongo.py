@@ -45,6 +45,7 @@ class MongoWorkers:
             codec_options=rows.codec_options,
             read_preference=rows.read_preference,
             write_concern=rows.write_concern,
+            read_concern=rows.read_concern,
         )
 
     def acquire_worker(
