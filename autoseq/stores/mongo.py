@@ -660,10 +660,9 @@ class PrimaryWatch:
 
     def observe(self, client: Any) -> bool:
         """Note the primary ``client`` sees now; True when it is another than before."""
-        description = getattr(client, "topology_description", None)  # mongomock has none
-        if description is None:
-            return False
-        return self.note(description.server_descriptions().values())
+        if not isinstance(client, pymongo.MongoClient):
+            return False  # mongomock's: no servers, no elections
+        return self.note(client.topology_description.server_descriptions().values())
 
     def note(self, servers: Any) -> bool:
         """Note the primary among ``servers`` (pymongo ``ServerDescription``); True if new."""
