@@ -188,3 +188,23 @@ class StoreTableInUse(AutoseqError):
     Every sequence in it would start over and hand out keys already used;
     live snowflake generators would lose their worker-id leases.
     """
+
+
+class OverlappingSequences(InvalidSequenceConfig):
+    """Two sequences meant to hand out disjoint values (residue classes) share one.
+
+    ``first`` and ``second`` are the two configurations, ``value`` the
+    smallest value both would hand out.
+    """
+
+    def __init__(self, first: object, second: object, value: int) -> None:
+        self.first = first
+        self.second = second
+        self.value = value
+        super().__init__(
+            f"{first} and {second} would both hand out {value}: independent stores must use "
+            "the same step and different offsets below it; build each with "
+            "autoseq.residues.residue_class(name, index, of) (index 0..of-1)",
+            setting="start",
+            rule="overlap",
+        )
