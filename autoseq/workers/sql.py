@@ -15,7 +15,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 
 from autoseq.config import validate_name
 from autoseq.errors import StoreUnavailable
-from autoseq.stores.sql import SQLStore, make_names_binary, name_type
+from autoseq.stores.sql import SQLStore, make_names_binary, name_type, reconnecting
 from autoseq.workers import LAYOUT_ROW, WorkerLease, candidates, layout_row, taken
 
 
@@ -86,6 +86,7 @@ class SQLWorkers:
             query = query.where(t.c.name == name)
         return [_lease(row) for row in connection.execute(query).mappings()]
 
+    @reconnecting
     def acquire_worker(
         self, name: str, owner: str, count: int, now_ms: int, ttl_ms: int
     ) -> WorkerLease | None:
@@ -130,6 +131,7 @@ class SQLWorkers:
             raise self._fail(exc, f"leasing a worker id of snowflake {name!r}", name) from exc
         return None
 
+    @reconnecting
     def renew_worker(
         self, lease: WorkerLease, now_ms: int, ttl_ms: int, last_ms: int
     ) -> WorkerLease | None:
@@ -157,6 +159,7 @@ class SQLWorkers:
             return None
         return WorkerLease(lease.name, lease.worker, lease.owner, expires, last, lease.version + 1)
 
+    @reconnecting
     def release_worker(self, lease: WorkerLease, last_ms: int) -> bool:
         t = self.table
         last = max(last_ms, lease.last_ms)
@@ -172,6 +175,7 @@ class SQLWorkers:
             raise self._fail(exc, f"releasing worker {lease.worker}", lease.name) from exc
         return result.rowcount == 1
 
+    @reconnecting
     def claim_layout(self, name: str, layout: str, now_ms: int, wait_ms: int) -> WorkerLease:
         validate_name(name)
         if not self._ready:
@@ -208,6 +212,7 @@ class SQLWorkers:
             RuntimeError("the layout row kept vanishing"), "recording the layout", name
         )
 
+    @reconnecting
     def list_workers(self, name: str | None = None, *, layouts: bool = False) -> list[WorkerLease]:
         try:
             if not sa.inspect(self.store.engine).has_table(self.table.name):

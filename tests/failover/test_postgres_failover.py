@@ -15,7 +15,7 @@ from autoseq import BufferPolicy, SequenceConfig, SequenceLock
 from autoseq.stores import SQLStore
 
 from .servers import PostgresPair
-from .traffic import Client, run
+from .traffic import Client, Count, Traffic, run, shown
 
 pytestmark = pytest.mark.postgres
 
@@ -144,5 +144,85 @@ def test_sync_standby_failover_never_repeats(trial: Callable[..., Trial]) -> Non
     pair = made.pair
     assert pair.link is not None
     count = run(made.clients(processes=3), pair.link.cut, pair.fail_over, made.clients(3))
+    assert count.after_failover > 0, count
+    assert count.twice == 0, str(count)
+
+
+def snowflakes(pair: PostgresPair, table: str, count: int) -> list[Client]:
+    """``count`` clients, each a process's ``Snowflake`` leasing from ``pair`` (2 threads)."""
+    from autoseq.snowflake import Snowflake
+
+    return [
+        Client(
+            Snowflake(
+                SQLStore(pair.url(), table=table, connect_timeout=1, statement_timeout=2.0),
+                name="ids",
+                worker_bits=3,
+                lease_ttl=1.0,
+            ),
+            threads=2,
+        )
+        for _ in range(count)
+    ]
+
+
+def test_snowflake_leases_survive_a_sync_standby_failover(
+    postgres_pair: Callable[..., PostgresPair],
+) -> None:
+    """Sync standby, server at synchronous_commit=local: no lease is lost, no id issued twice."""
+    pair = postgres_pair(sync=True)
+    pair.primary.configure(synchronous_commit="local")
+    assert pair.link is not None
+    table = unique_table("flake")
+    first = snowflakes(pair, table, 3)
+    then: list[Client] = []
+    try:
+        with Traffic(first) as traffic:
+            traffic.run_until(0.5, traffic.all_moved_since([0] * 3))
+            pair.link.cut()  # what the primary commits now never reaches the standby
+            traffic.run_until(1.0)
+            pair.fail_over()
+            then = snowflakes(pair, table, 3)  # fresh processes on the new primary
+            with Traffic(then) as fresh:
+                fresh.run_until(1.5, fresh.all_moved_since([0] * 3))
+        count = shown(Count.of(first + then, [c.taken() for c in first] + [0] * 3))
+    finally:
+        for client in first + then:
+            with contextlib.suppress(Exception):
+                client.lock.close(timeout=1.0)
+    assert count.after_failover > 0, count
+    assert count.twice == 0, str(count)
+
+
+def test_snowflake_holders_renew_on_the_new_primary_at_once(
+    postgres_pair: Callable[..., PostgresPair],
+) -> None:
+    """Async standby lost: holders renew on the new primary at their next beat, none twice.
+
+    Their pooled connections died with the old primary; a renewal that meets
+    a dead connection is sent again on a new one (there is no ping at each
+    checkout), so the lease rows the standby had stay owned, and fresh
+    processes take other worker ids. Seen failing with the ping gone and no
+    resend: 2,200 and 7,340 ids twice of about 450,000.
+    """
+    pair = postgres_pair()
+    assert pair.link is not None
+    table = unique_table("flake")
+    first = snowflakes(pair, table, 3)
+    then: list[Client] = []
+    try:
+        with Traffic(first) as traffic:
+            traffic.run_until(0.5, traffic.all_moved_since([0] * 3))
+            pair.link.cut()
+            traffic.run_until(1.0)
+            pair.fail_over()
+            then = snowflakes(pair, table, 3)
+            with Traffic(then) as fresh:
+                fresh.run_until(1.5, fresh.all_moved_since([0] * 3))
+        count = shown(Count.of(first + then, [c.taken() for c in first] + [0] * 3))
+    finally:
+        for client in first + then:
+            with contextlib.suppress(Exception):
+                client.lock.close(timeout=1.0)
     assert count.after_failover > 0, count
     assert count.twice == 0, str(count)

@@ -51,7 +51,12 @@ from autoseq.stores.sql._appfile import (
     locked,
 )
 from autoseq.stores.sql._engine import _enable_wal as _enable_wal
-from autoseq.stores.sql._engine import make_engine, needs_watchdog, transaction_settings
+from autoseq.stores.sql._engine import (
+    make_engine,
+    needs_watchdog,
+    reconnecting,
+    transaction_settings,
+)
 from autoseq.stores.sql._forkgate import _ForkGate as _ForkGate
 from autoseq.stores.sql._replication import (
     SYNCHRONOUS_COMMIT,
@@ -93,6 +98,7 @@ __all__ = [
     "check_driver",
     "make_names_binary",
     "name_type",
+    "reconnecting",
     "sequence_table",
     "store_url",
     "sync_driver_url",
@@ -339,6 +345,7 @@ class SQLStore:
 
     # rows -----------------------------------------------------------------
 
+    @reconnecting
     def create(self, config: SequenceConfig) -> SequenceConfig:
         gapless = self._app_read(config.name, serving=True)
         if gapless is not None:
@@ -356,17 +363,20 @@ class SQLStore:
             raise SequenceNotFound(config.name, "it was deleted while being created")
         return SequenceConfig.from_row(stored)
 
+    @reconnecting
     def read(self, name: str) -> SequenceConfig | None:
         validate_name(name)
         gapless = self._app_read(name, serving=True)
         row = gapless if gapless is not None else self._own_raw(name)
         return None if row is None else SequenceConfig.from_row(row)
 
+    @reconnecting
     def read_own(self, name: str) -> SequenceConfig | None:
         """Row ``name`` of the store's own table (on SQLite the companion), never a gapless one."""
         row = self._own_raw(validate_name(name))
         return None if row is None else SequenceConfig.from_row(row)
 
+    @reconnecting
     def read_raw(self, name: str) -> dict[str, Any] | None:
         """The stored row as the driver returns it, unvalidated (for repairs)."""
         validate_name(name)
@@ -378,9 +388,11 @@ class SQLStore:
         rows = self._select(statement, f"reading sequence {name!r}", name)
         return dict(rows[0]) if rows else None
 
+    @reconnecting
     def read_all(self) -> list[SequenceConfig]:
         return [SequenceConfig.from_row(row) for row in self._all_raw()]
 
+    @reconnecting
     def stored_names(self) -> list[str]:
         """Every stored name, rows that fail validation included, in order."""
         return [str(row["name"]) for row in self._all_raw()]
@@ -442,6 +454,7 @@ class SQLStore:
                 return []
             raise self._translate(exc, "read", what, name) from exc
 
+    @reconnecting
     def update(self, config: SequenceConfig) -> SequenceConfig:
         if self._app_rows is not None:
             what = f"updating gapless sequence {config.name!r}"
@@ -467,6 +480,7 @@ class SQLStore:
         assert stored is not None
         return stored
 
+    @reconnecting
     def delete(self, name: str) -> bool:
         """Remove a row; True if it existed."""
         validate_name(name)
@@ -590,6 +604,7 @@ class SQLStore:
                 raise _Conflict
         return block
 
+    @reconnecting
     def release(self, block: Block) -> bool:
         t = self.table
         self._upgrade_table()
@@ -608,6 +623,7 @@ class SQLStore:
             )
         return result.rowcount == 1
 
+    @reconnecting
     def compare_and_set(self, row: SequenceConfig, version: int) -> SequenceConfig | None:
         if self._app_read(row.name) is not None:
             return self._app_compare_and_set(row, version)
@@ -639,6 +655,7 @@ class SQLStore:
             raise SequenceNotFound(row.name)
         return self.read(row.name) if written else None
 
+    @reconnecting
     def replication_findings(self) -> list[tuple[str, str]]:
         """(level, message) pairs for ``doctor``: could a failover repeat values? (PostgreSQL)"""
         if self.replication is None:

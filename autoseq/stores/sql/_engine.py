@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
+import functools
 import random
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.engine.url import URL
-from sqlalchemy.exc import DisconnectionError
+from sqlalchemy.exc import DBAPIError, DisconnectionError
 from sqlalchemy.pool import QueuePool
 
-from autoseq.errors import InvalidSequenceConfig
+from autoseq.errors import InvalidSequenceConfig, StoreUnavailable
 from autoseq.stores.sql._watchdog import SocketWatch
 
 _MYSQL_DRIVERS = ("pymysql", "mysqldb", "mariadbconnector")
@@ -204,3 +205,28 @@ def _enable_wal(dbapi_connection: Any, timeout: float) -> None:
                 raise
         time.sleep(pause * random.uniform(0.5, 1.5))
         pause = min(pause * 2, 0.2)
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def reconnecting(method: _F) -> _F:
+    """Run ``method`` once more when it failed on a connection found dead.
+
+    The pool pings only idle connections (``IDLE_PING``): one that died in
+    use fails its next statement, and SQLAlchemy replaces it. Every
+    operation wrapped so is a compare-and-set or otherwise safe to send
+    twice, so a server restart or a failover costs no error.
+    """
+
+    @functools.wraps(method)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except (DBAPIError, StoreUnavailable) as exc:
+            cause = exc if isinstance(exc, DBAPIError) else exc.__cause__
+            if not isinstance(cause, DBAPIError) or not cause.connection_invalidated:
+                raise
+        return method(*args, **kwargs)
+
+    return cast(_F, wrapper)
