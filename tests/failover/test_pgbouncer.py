@@ -93,11 +93,15 @@ def test_store_takes_the_application_engines_connect_args(pgbouncer: PgBouncer) 
         engine.dispose()
 
 
+@pytest.mark.parametrize("given", ["url", "engine"])
 @pytest.mark.parametrize("value", ["None", "none", "0", "5"])
-def test_prepare_threshold_in_the_url_is_understood(pgbouncer: PgBouncer, value: str) -> None:
+def test_prepare_threshold_in_the_url_is_understood(
+    pgbouncer: PgBouncer, value: str, given: str
+) -> None:
     """A URL's ?prepare_threshold=... (None or a number) works instead of raising TypeError."""
     table = unique_table("bouncer")
-    store = SQLStore(pgbouncer.url(query=f"prepare_threshold={value}"), table=table)
+    url = pgbouncer.url(query=f"prepare_threshold={value}")
+    store = SQLStore(url if given == "url" else sa.create_engine(url), table=table)
     try:
         store.create_table()
         store.create(SequenceConfig("orders"))

@@ -61,12 +61,12 @@ def make_engine(
     url, options = driver_options(url, connect_args)
     kwargs = {"pool_size": 2, "max_overflow": 8, "pool_recycle": 3600}
     if creator is not None:
-        kwargs["creator"] = creator
+        kwargs["creator"] = _with_threshold(creator, url, options)
     else:
         kwargs["connect_args"] = _own_options(url, connect_timeout, statement_timeout) | options
     engine = sa.create_engine(url, **kwargs)
     if url.get_driver_name() == "psycopg" and "prepare_threshold" not in options:
-        _no_prepared_statements(engine)
+        _prepare_after(engine, None)
     _ping_when_idle(engine)
     if watch is not None:
         event.listen(engine, "connect", lambda dbapi_connection, _: watch.add(dbapi_connection))
@@ -114,14 +114,30 @@ def driver_options(url: URL, connect_args: Mapping[str, Any] | None) -> tuple[UR
     return url.difference_update_query(["prepare_threshold"]), options
 
 
-def _no_prepared_statements(engine: Engine) -> None:
+def _with_threshold(
+    creator: Callable[..., Any], url: URL, options: Mapping[str, Any]
+) -> Callable[..., Any]:
+    """``creator``, its psycopg connections given the URL's ``prepare_threshold`` (if any)."""
+    if url.get_driver_name() != "psycopg" or "prepare_threshold" not in options:
+        return creator
+    threshold = options["prepare_threshold"]
+
+    def connect() -> Any:
+        dbapi_connection = creator()
+        dbapi_connection.prepare_threshold = threshold  # before the dialect's first queries
+        return dbapi_connection
+
+    return connect
+
+
+def _prepare_after(engine: Engine, threshold: int | None) -> None:
     # A server-side prepared statement lives on one server connection; behind
     # a pooler in transaction mode (PgBouncer) the next transaction may run on
     # another, where it "does not exist". The store's statements are short
-    # and few, so it prepares none unless the caller asks.
+    # and few, so it prepares none unless the caller asks (``threshold``).
     @event.listens_for(engine, "connect")
     def _connect(dbapi_connection: Any, _record: Any) -> None:
-        dbapi_connection.prepare_threshold = None
+        dbapi_connection.prepare_threshold = threshold
 
 
 #: A pooled connection unused this long (s) is pinged at checkout; a busier
