@@ -166,34 +166,6 @@ def snowflakes(pair: PostgresPair, table: str, count: int) -> list[Client]:
     ]
 
 
-def test_snowflake_leases_survive_a_sync_standby_failover(
-    postgres_pair: Callable[..., PostgresPair],
-) -> None:
-    """Sync standby, server at synchronous_commit=local: no lease is lost, no id issued twice."""
-    pair = postgres_pair(sync=True)
-    pair.primary.configure(synchronous_commit="local")
-    assert pair.link is not None
-    table = unique_table("flake")
-    first = snowflakes(pair, table, 3)
-    then: list[Client] = []
-    try:
-        with Traffic(first) as traffic:
-            traffic.run_until(0.5, traffic.all_moved_since([0] * 3))
-            pair.link.cut()  # what the primary commits now never reaches the standby
-            traffic.run_until(1.0)
-            pair.fail_over()
-            then = snowflakes(pair, table, 3)  # fresh processes on the new primary
-            with Traffic(then) as fresh:
-                fresh.run_until(1.5, fresh.all_moved_since([0] * 3))
-        count = shown(Count.of(first + then, [c.taken() for c in first] + [0] * 3))
-    finally:
-        for client in first + then:
-            with contextlib.suppress(Exception):
-                client.lock.close(timeout=1.0)
-    assert count.after_failover > 0, count
-    assert count.twice == 0, str(count)
-
-
 def test_snowflake_holders_renew_on_the_new_primary_at_once(
     postgres_pair: Callable[..., PostgresPair],
 ) -> None:
