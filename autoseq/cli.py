@@ -46,15 +46,13 @@ from autoseq.errors import (
     SequenceNotFound,
     StoreUnavailable,
 )
+from autoseq.errors import UsageError as UsageError  # its home before 0.x: autoseq.cli
+from autoseq.stores.capabilities import CreatesTable, KnowsFiles, Locates, ReadsColumnMax
 
 if TYPE_CHECKING:
     from autoseq.stores.base import SequenceStore
 
 PROG = "autoseq"
-
-
-class UsageError(AutoseqError):
-    """The command line asks for something that cannot be done (exit status 2)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,17 +248,8 @@ def _check_sqlite_file(url: Any) -> None:
 
 
 def _has_table(store: SequenceStore) -> bool:
-    """Whether a sequence row can exist, without creating an empty SQLite file.
-
-    On SQLite, rows live in the companion file and gapless ones in the
-    application's file itself; ``SQLStore`` reads neither into existence.
-    """
-    if getattr(store, "dialect", None) != "sqlite":
-        return True
-    files = [getattr(getattr(store, key, None), "database", None) for key in ("app_url", "url")]
-    if any(not database or database == ":memory:" for database in files):
-        return True
-    return any(os.path.exists(str(database)) for database in files)
+    """Whether a sequence row can exist, without creating an empty SQLite file."""
+    return store.rows_may_exist() if isinstance(store, KnowsFiles) else True
 
 
 def _read(store: SequenceStore, name: str) -> SequenceConfig:
@@ -283,10 +272,7 @@ def values_left(row: SequenceConfig) -> int:
 
 
 def _where(store: SequenceStore) -> str:
-    url = getattr(store, "url", None)
-    if url is not None and hasattr(url, "render_as_string"):
-        return str(url.render_as_string(hide_password=True))
-    return type(store).__name__
+    return store.location() if isinstance(store, Locates) else type(store).__name__
 
 
 # subcommands -----------------------------------------------------------------
@@ -295,9 +281,8 @@ def _where(store: SequenceStore) -> str:
 def _run_init(args: argparse.Namespace) -> int:
     store = open_store(args)
     try:
-        create_table = getattr(store, "create_table", None)
-        if create_table is not None:
-            create_table()  # also adds the version column to a table made before it
+        if isinstance(store, CreatesTable):
+            store.create_table()  # also adds the version column to a table made before it
         else:
             store.read_all()  # MongoDB and Redis need no table; check the server answers
         print(f"{args.sequence_table} is ready in {_where(store)}")
@@ -518,7 +503,7 @@ def _run_sync(args: argparse.Namespace) -> int:
             highest: int | None = args.past
             source = str(args.past)
         else:
-            highest = _column_max(store, args.table, args.column)
+            highest = column_max(store, args.table, args.column)
             source = f"max({args.table}.{args.column}) = {highest}"
         if highest is None:
             print(f"{args.table} is empty; sequence {args.name!r} is unchanged")
@@ -536,50 +521,11 @@ def past(row: SequenceConfig, highest: int) -> int:
     return row.first_value_after(highest)
 
 
-def _column_max(store: SequenceStore, table_name: str, column_name: str) -> int | None:
-    if type(store).__name__ == "MongoStore":
-        return _field_max(store, table_name, column_name)
-    if type(store).__name__ != "SQLStore":
+def column_max(store: SequenceStore, table_name: str, column_name: str) -> int | None:
+    """``max()`` of a column (SQL) or field (MongoDB) of the store's database."""
+    if not isinstance(store, ReadsColumnMax):
         raise UsageError("--table/--column need a SQL or MongoDB --url; use --past VALUE")
-    import sqlalchemy as sa
-    from sqlalchemy.exc import NoSuchTableError
-
-    from autoseq.stores.sql import sync_driver_url, validate_table_name
-
-    *schema, name = table_name.split(".")
-    if len(schema) > 1:
-        raise UsageError(f"--table {table_name!r}: use name or schema.name")
-    try:
-        for part in [*schema, name]:
-            validate_table_name(part)
-    except InvalidSequenceConfig as exc:
-        raise UsageError(f"--table: {exc}") from None
-    app_url = store.app_url  # type: ignore[attr-defined]
-    if app_url.get_backend_name() == "sqlite":
-        database = app_url.database or ""
-        if database in ("", ":memory:") or not os.path.exists(database):
-            raise UsageError(f"--url names no existing SQLite database file ({database!r})")
-    engine = sa.create_engine(sync_driver_url(app_url))  # asyncpg & co need an event loop
-    try:
-        try:
-            table = sa.Table(
-                name, sa.MetaData(), schema=schema[0] if schema else None, autoload_with=engine
-            )
-        except NoSuchTableError:
-            raise UsageError(f"table {table_name!r} does not exist in that database") from None
-        except sa.exc.DBAPIError as exc:
-            raise StoreUnavailable(f"reading table {table_name!r} failed: {exc.orig}") from exc
-        column = table.columns.get(column_name)
-        if column is None:
-            known = ", ".join(c.name for c in table.columns)
-            raise UsageError(f"table {table_name!r} has no column {column_name!r} ({known})")
-        if not isinstance(column.type, sa.Integer):
-            raise UsageError(f"column {table_name}.{column_name} is {column.type}, not an integer")
-        with engine.connect() as connection:
-            value: Any = connection.execute(sa.select(sa.func.max(column))).scalar()
-    finally:
-        engine.dispose()
-    return None if value is None else int(value)
+    return store.column_max(table_name, column_name)
 
 
 register("init", "create the sequence table if it is missing", _run_init)
@@ -598,26 +544,6 @@ register(
     _run_sync,
     _configure_sync,
 )
-
-
-def _field_max(store: SequenceStore, collection: str, field: str) -> int | None:
-    """The largest number in ``field`` of ``collection``, in the store's database."""
-    from autoseq.stores.mongo import check_documents, validate_collection_name
-
-    validate_collection_name(collection)
-    if not field or field.startswith("$") or "\x00" in field:
-        raise UsageError(f"--column {field!r} is not a document field name")
-    database = store.collection.database  # type: ignore[attr-defined]
-    check_documents(database, collection, field)
-    top = database[collection].find_one(
-        {field: {"$type": "number"}}, sort=[(field, -1)], projection={field: 1}
-    )
-    if top is None:
-        return None
-    value = top.get(field)
-    if isinstance(value, float):
-        raise UsageError(f"{collection}.{field} holds a float ({value}); keys must be integers")
-    return int(value)
 
 
 def _register_snowflake_commands() -> None:

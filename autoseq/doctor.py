@@ -36,11 +36,19 @@ import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from autoseq.config import SequenceConfig
-from autoseq.errors import AutoseqError, InvalidSequenceConfig, StoreUnavailable
+from autoseq.errors import AutoseqError, InvalidSequenceConfig, StoreUnavailable, UsageError
 from autoseq.stores.base import SequenceStore
+from autoseq.stores.capabilities import (
+    KnowsFiles,
+    ListsStoredNames,
+    Locates,
+    ReadsColumnMax,
+    ReportsPersistence,
+    ReportsReplication,
+)
 
 Level = Literal["ok", "warning", "error"]
 _RANK: dict[str, int] = {"ok": 0, "warning": 1, "error": 2}
@@ -221,15 +229,8 @@ def values_left(row: SequenceConfig) -> int:
 
 def describe(store: SequenceStore) -> str:
     """Where ``store`` keeps its rows, without a password."""
-    url = getattr(store, "url", None)
-    if url is not None and hasattr(url, "render_as_string"):
-        return f"{type(store).__name__} {url.render_as_string(hide_password=True)}"
-    if hasattr(store, "database_name"):
-        collection = getattr(store, "collection_name", "?")
-        return f"{type(store).__name__} {store.database_name}.{collection}"
-    target = getattr(store, "_target", None)
-    if callable(target):
-        return f"{type(store).__name__} {target()} prefix {getattr(store, 'prefix', '?')}"
+    if isinstance(store, Locates):
+        return f"{type(store).__name__} {store.location()}"
     return type(store).__name__
 
 
@@ -250,51 +251,13 @@ def register_check(check: Callable[[SequenceStore, Report], None]) -> None:
 
 def sqlite_files(store: SequenceStore) -> tuple[str, str] | None:
     """(application database, companion file) of a SQLite file store, else None."""
-    if getattr(store, "dialect", None) != "sqlite":
-        return None
-    companion = getattr(getattr(store, "url", None), "database", None)
-    if not companion or companion == ":memory:" or companion.startswith("file:"):
-        return None
-    suffix = ".autoseq"
-    application = companion[: -len(suffix)] if companion.endswith(suffix) else companion
-    return application, companion
+    return store.sqlite_files() if isinstance(store, KnowsFiles) else None
 
 
 def stored_names(store: SequenceStore) -> list[str]:
     """Every sequence name in ``store``, including rows that fail validation."""
-    listed = getattr(store, "stored_names", None)
-    if callable(listed):  # SQLStore: its companion's rows and the gapless ones
-        return sorted(str(name) for name in listed())
-    files = sqlite_files(store)
-    if files is not None and not os.path.exists(files[1]):
-        return []  # opening it would create an empty companion file
-    engine = getattr(store, "engine", None)
-    table = getattr(store, "table", None)
-    if engine is not None and table is not None:
-        import sqlalchemy as sa
-
-        try:
-            if not sa.inspect(engine).has_table(table.name):
-                return []
-            with engine.connect() as connection:
-                return sorted(str(n) for n in connection.execute(sa.select(table.c.name)).scalars())
-        except sa.exc.DBAPIError as exc:
-            raise StoreUnavailable(f"reading sequence names failed: {exc.orig}") from exc
-    if hasattr(store, "collection") and hasattr(store, "collection_name"):
-        from pymongo.errors import PyMongoError
-
-        try:
-            return sorted(str(doc["_id"]) for doc in store.collection.find({}, {"_id": 1}))
-        except PyMongoError as exc:
-            raise StoreUnavailable(f"reading sequence names failed: {exc}") from exc
-    if hasattr(store, "index_key") and hasattr(store, "client"):
-        from redis.exceptions import RedisError
-
-        try:
-            raw = store.client.zrange(store.index_key, 0, -1)
-        except RedisError as exc:
-            raise StoreUnavailable(f"reading sequence names failed: {exc}") from exc
-        return sorted(n.decode() if isinstance(n, bytes) else str(n) for n in raw)
+    if isinstance(store, ListsStoredNames):  # SQLStore: its companion's rows and gapless ones
+        return sorted(str(name) for name in store.stored_names())
     return sorted(row.name for row in store.read_all())
 
 
@@ -570,10 +533,9 @@ def _check_companion(store: SequenceStore, report: Report) -> None:
 
 
 def _check_redis(store: SequenceStore, report: Report) -> None:
-    persistence = getattr(store, "persistence", None)
-    if not callable(persistence):
+    if not isinstance(store, ReportsPersistence):
         return
-    settings: dict[str, str] = persistence()
+    settings = store.persistence()
     if not settings:
         report.add(
             "warning",
@@ -615,16 +577,15 @@ def _check_redis(store: SequenceStore, report: Report) -> None:
 
 
 def _check_replication(store: SequenceStore, report: Report) -> None:
-    findings = getattr(store, "replication_findings", None)
-    if not callable(findings):
+    if not isinstance(store, ReportsReplication):
         return
     try:
-        found: list[tuple[Level, str]] = findings()
+        found = store.replication_findings()
     except StoreUnavailable as exc:
         report.add("warning", "replication", f"could not be checked: {_one_line(exc)}")
         return
     for level, message in found:
-        report.add(level, "replication", message)
+        report.add(cast(Level, level), "replication", message)
 
 
 # the command line -----------------------------------------------------------------
@@ -680,7 +641,7 @@ def configure_cli(parser: Any) -> None:
 
 def run_cli(args: Any) -> int:
     """``autoseq doctor``: print the report; 0 fine, 1 something is wrong, 2 bad input."""
-    from autoseq.cli import UsageError, open_store
+    from autoseq.cli import open_store
 
     if args.sample < 0 or not 0 < args.warn_share <= 1 or args.warn_days < 0:
         raise UsageError("--sample and --warn-days must be 0 or more, --warn-share in (0, 1]")
@@ -705,7 +666,6 @@ def run_cli(args: Any) -> int:
 
 def column_hints(store: SequenceStore, hints: Iterable[str]) -> list[ColumnUse]:
     """``TABLE.COLUMN[=SEQUENCE]`` hints as column uses on ``store``'s database."""
-    from autoseq.cli import UsageError, _column_max
     from autoseq.config import validate_name
 
     found: list[ColumnUse] = []
@@ -714,26 +674,23 @@ def column_hints(store: SequenceStore, hints: Iterable[str]) -> list[ColumnUse]:
         table, dot, column = where.rpartition(".")
         if not dot or not table or not column:
             raise UsageError(f"--column {hint!r}: write TABLE.COLUMN or TABLE.COLUMN=SEQUENCE")
-        if type(store).__name__ not in ("SQLStore", "MongoStore"):
+        if not isinstance(store, ReadsColumnMax):
             raise UsageError(f"--column needs a SQL or MongoDB --url, not {type(store).__name__}")
         name = sequence or table.rpartition(".")[2]
         try:
             validate_name(name)
         except InvalidSequenceConfig as exc:
             raise UsageError(f"--column {hint!r}: {exc}") from None
-        found.append(ColumnUse(where, name, _reader(_column_max, store, table, column)))
+        found.append(ColumnUse(where, name, _reader(store, table, column)))
     return found
 
 
-def _reader(
-    read: Callable[[SequenceStore, str, str], int | None],
-    store: SequenceStore,
-    table: str,
-    column: str,
-) -> Callable[[], int | None]:
+def _reader(store: SequenceStore, table: str, column: str) -> Callable[[], int | None]:
     def read_max() -> int | None:
+        if not isinstance(store, ReadsColumnMax):
+            raise UsageError(f"--column needs a SQL or MongoDB --url, not {type(store).__name__}")
         try:
-            return read(store, table, column)
+            return store.column_max(table, column)
         except AutoseqError:
             raise
         except Exception as exc:  # any driver's error: a finding, not a crash
@@ -746,8 +703,6 @@ def metadata_columns(store: SequenceStore, spec: str) -> list[ColumnUse]:
     """The sequence columns of the SQLAlchemy metadata ``MODULE:NAME`` names."""
     import importlib
     import sys
-
-    from autoseq.cli import UsageError, _column_max
 
     # As alembic and gunicorn do: a console script does not have the current
     # directory on sys.path, where the application's package usually is.
@@ -771,9 +726,7 @@ def metadata_columns(store: SequenceStore, spec: str) -> list[ColumnUse]:
                 continue
             name = config_for(column).name
             label = f"{table.fullname}.{column.name}"
-            found.append(
-                ColumnUse(label, name, _reader(_column_max, store, table.fullname, column.name))
-            )
+            found.append(ColumnUse(label, name, _reader(store, table.fullname, column.name)))
     if not found:
         raise UsageError(f"--metadata {spec!r}: no table in it has an autoseq sequence column")
     return found

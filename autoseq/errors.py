@@ -208,3 +208,8 @@ class OverlappingSequences(InvalidSequenceConfig):
             setting="start",
             rule="overlap",
         )
+
+
+class UsageError(AutoseqError):
+    """A request that cannot be done as asked: a table or column that is missing or
+    not an integer, a store that cannot do it (the CLI exits with status 2)."""

@@ -19,9 +19,10 @@ database, so that one commit covers the row and the value.
 from __future__ import annotations
 
 import os
+import sys
 import weakref
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -37,7 +38,10 @@ from autoseq.errors import (
 )
 from autoseq.registry import opening_row
 from autoseq.stores.base import check_count, check_many, plan_reservation
-from autoseq.stores.sql import SQLStore
+from autoseq.stores.capabilities import GaplessNumbering
+
+if TYPE_CHECKING:
+    from autoseq.stores.sql import SQLStore
 
 _statements: dict[tuple[sa.Table, str], tuple[Any, bool]] = {}
 _locked: dict[sa.Table, tuple[Any, Any]] = {}
@@ -46,9 +50,14 @@ _ddl: dict[sa.Table, Any] = {}
 
 
 def check_store(store: object, name: str) -> SQLStore:
-    """Return ``store`` if gapless numbering can run on it, else raise ``GaplessUnavailable``."""
-    if isinstance(store, SQLStore):
-        return store
+    """Return ``store`` if gapless numbering can run on it, else raise ``GaplessUnavailable``.
+
+    A store qualifies when its gapless engine is this module (``SQLStore``
+    and its subclasses), asked by capability so this module never imports
+    the store it serves.
+    """
+    if isinstance(store, GaplessNumbering) and store.gapless_engine() is sys.modules[__name__]:
+        return cast("SQLStore", store)
     raise GaplessUnavailable(
         f"sequence {name!r}: gapless=True needs a SQLStore, got {type(store).__name__}: "
         "a gapless value is taken in the caller's SQL transaction so a rollback gives it "

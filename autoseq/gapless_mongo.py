@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import weakref
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pymongo.client_session import ClientSession
 
 from autoseq.config import SequenceConfig
 from autoseq.errors import GaplessUnavailable, SequenceExhausted, SequenceNotFound
 from autoseq.stores.base import check_count, check_many, plan_reservation
-from autoseq.stores.mongo import MongoStore
+
+if TYPE_CHECKING:
+    from autoseq.stores.mongo import MongoStore
 
 _created: weakref.WeakKeyDictionary[MongoStore, set[str]] = weakref.WeakKeyDictionary()
 

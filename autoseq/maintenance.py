@@ -42,6 +42,7 @@ from autoseq.errors import (
     ValueMovesBackward,
 )
 from autoseq.stores.base import SequenceStore
+from autoseq.stores.capabilities import ReadsRawRows
 
 #: Settings a maintenance write may change (``start`` and ``name`` are fixed).
 CHANGEABLE = ("current", *CHANGEABLE_SETTINGS)
@@ -297,13 +298,12 @@ def repair(store: SequenceStore, name: str, current: int, **overrides: Any) -> S
     or reservation is never overwritten.
     """
     _check_int("current", current)
-    raw_reader = getattr(store, "read_raw", None)
-    if raw_reader is None:
+    if not isinstance(store, ReadsRawRows):
         raise InvalidSequenceConfig(
             f"{type(store).__name__} cannot read a raw row; recreate sequence {name!r}"
         )
     for _ in range(_ATTEMPTS):
-        raw: Mapping[str, Any] | None = raw_reader(validate_name(name))
+        raw: Mapping[str, Any] | None = store.read_raw(validate_name(name))
         if raw is None:
             raise SequenceNotFound(name, f"create it first: `autoseq create {name}`")
         fields: dict[str, Any] = {}

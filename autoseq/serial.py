@@ -26,6 +26,7 @@ from autoseq.errors import AutoseqError, GaplessUnavailable, InvalidSequenceConf
 from autoseq.lock import SequenceLock
 from autoseq.registry import SequenceRegistry
 from autoseq.stores.base import SequenceStore, check_many
+from autoseq.stores.capabilities import GaplessEngine, GaplessNumbering
 
 PERIODS = ("day", "month", "year")
 _KEY_FORMAT = {"day": "%Y-%m-%d", "month": "%Y-%m", "year": "%Y"}
@@ -571,21 +572,15 @@ class Serial:
         return f"Serial({self.name!r}, {self.template.text!r}, period={self.period!r})"
 
 
-def _gapless_module(store: object, name: str) -> Any:
-    """The module taking gapless values on ``store``, or ``GaplessUnavailable``.
+def _gapless_module(store: object, name: str) -> GaplessEngine:
+    """The engine taking gapless values on ``store``, or ``GaplessUnavailable``.
 
-    Looked up by the store's own module, so neither SQLAlchemy nor pymongo
-    is imported for a store that does not already use it.
+    Asked of the store (:class:`~autoseq.stores.capabilities.GaplessNumbering`),
+    so neither SQLAlchemy nor pymongo is imported for a store that does not
+    already use it, and a subclass of a store keeps the capability.
     """
-    module = type(store).__module__
-    if module == "autoseq.stores.sql":
-        from autoseq import gapless
-
-        return gapless
-    if module == "autoseq.stores.mongo":
-        from autoseq import gapless_mongo
-
-        return gapless_mongo
+    if isinstance(store, GaplessNumbering):
+        return store.gapless_engine()
     raise GaplessUnavailable(
         f"sequence {name!r}: gapless=True needs a SQLStore or a MongoStore, got "
         f"{type(store).__name__}: a gapless value is taken in the caller's transaction so a "

@@ -80,8 +80,8 @@ def _moment(ms: int) -> str:
 
 
 def _run_workers(args: argparse.Namespace) -> int:
-    from autoseq.cli import UsageError, open_store
-    from autoseq.errors import InvalidSnowflakeConfig
+    from autoseq.cli import open_store
+    from autoseq.errors import InvalidSnowflakeConfig, UsageError
     from autoseq.workers import worker_leases
 
     store = open_store(args)

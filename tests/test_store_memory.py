@@ -15,6 +15,10 @@ class TestMemoryStore(StoreContract):
     def store(self) -> MemoryStore:
         return MemoryStore()
 
+    @pytest.fixture
+    def unavailable_store(self) -> MemoryStore:
+        pytest.skip("a MemoryStore has no server to lose")
+
 
 class TestMemoryMaintenance(MaintenanceContract):
     @pytest.fixture

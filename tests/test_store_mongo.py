@@ -29,6 +29,12 @@ class TestMongoStore(StoreContract):
     def store(self, mongo_store: MongoStore) -> MongoStore:
         return mongo_store
 
+    @pytest.fixture
+    def unavailable_store(self) -> Iterator[MongoStore]:
+        store = MongoStore("mongodb://127.0.0.1:1/autoseq_test", timeout=0.5)
+        yield store
+        store.close()
+
 
 class TestMongoMaintenance(MaintenanceContract):
     @pytest.fixture

@@ -71,6 +71,12 @@ class TestRedisStore(StoreContract):
     def store(self, redis_store: RedisStore) -> RedisStore:
         return redis_store
 
+    @pytest.fixture
+    def unavailable_store(self) -> Iterator[RedisStore]:
+        store = RedisStore("redis://127.0.0.1:1/0", prefix=unique_table("autoseq_test"))
+        yield store
+        store.close()
+
 
 class TestRedisMaintenance(MaintenanceContract):
     @pytest.fixture

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from typing import Any
 
 import pytest
@@ -13,10 +14,28 @@ from autoseq.stores import SQLStore
 from autoseq.testing.contract import MaintenanceContract, StoreContract
 
 
+def _closed(url: str, tmp_path: Any) -> str:
+    """``url`` pointed where nothing answers: a closed port; SQLite: folders, not files."""
+    if url.startswith("sqlite"):
+        for name in ("broken.db", "broken.db.autoseq"):
+            os.mkdir(os.path.join(tmp_path, name))
+        return f"sqlite:///{tmp_path}/broken.db"
+    return str(sa.make_url(url).set(host="127.0.0.1", port=1))
+
+
 class TestSQLStore(StoreContract):
     @pytest.fixture
     def store(self, sql_store: Any) -> Any:
         return sql_store
+
+    @pytest.fixture
+    def unavailable_store(self, db_url: str, tmp_path: Any) -> Any:
+        store = SQLStore(_closed(db_url, tmp_path), connect_timeout=1)
+        yield store
+        store.close()
+
+    def forget_worker_leases(self, leases: Any) -> None:
+        leases.drop_table()
 
 
 class TestSQLMaintenance(MaintenanceContract):

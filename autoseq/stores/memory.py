@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autoseq.config import SequenceConfig, utc_now, validate_name
 from autoseq.errors import SequenceNotFound
 from autoseq.stores.base import Block, check_count, plan_reservation
+
+if TYPE_CHECKING:
+    from autoseq.workers import WorkerLeases
 
 
 class MemoryStore:
@@ -74,6 +77,15 @@ class MemoryStore:
             written = row.with_current(row.next_value, utc_now()).replace_version(version + 1)
             self._rows[row.name] = written
             return written
+
+    def worker_leases(self) -> WorkerLeases:
+        """Snowflake worker-id leases kept in this process's memory."""
+        leases: WorkerLeases | None = self.__dict__.get("_worker_leases")
+        if leases is None:
+            from autoseq.workers import MemoryWorkers
+
+            leases = self.__dict__["_worker_leases"] = MemoryWorkers()
+        return leases
 
     def after_fork(self) -> None:
         self._lock = threading.Lock()

@@ -53,12 +53,16 @@ from autoseq.errors import (
     SequenceExhausted,
     SequenceNotFound,
     StoreUnavailable,
+    UsageError,
 )
 from autoseq.stores._errors import translating, unavailable
 from autoseq.stores.base import Block, check_count, plan_reservation, reset_after_fork
 
 if TYPE_CHECKING:
     from pymongo.collection import Collection
+
+    from autoseq.stores.capabilities import GaplessEngine
+    from autoseq.workers import WorkerLeases
 
 _T = TypeVar("_T")
 log = logging.getLogger("autoseq")
@@ -505,6 +509,53 @@ class MongoStore:
         return self._remember(stored)
 
     # lifecycle --------------------------------------------------------------
+
+    # capabilities (autoseq.stores.capabilities) ---------------------------
+
+    def worker_leases(self) -> WorkerLeases:
+        """Snowflake worker-id leases in a ``sys_worker`` collection beside this one."""
+        leases: WorkerLeases | None = self.__dict__.get("_worker_leases")
+        if leases is None:
+            from autoseq.workers.mongo import MongoWorkers
+
+            leases = self.__dict__["_worker_leases"] = MongoWorkers(self)
+        return leases
+
+    def gapless_engine(self) -> GaplessEngine:
+        """Gapless values taken in the caller's session transaction."""
+        from autoseq import gapless_mongo
+
+        return gapless_mongo
+
+    def column_max(self, table: str, column: str) -> int | None:
+        """The largest number in field ``column`` of collection ``table``, None when empty."""
+        validate_collection_name(table)
+        if not column or column.startswith("$") or "\x00" in column:
+            raise UsageError(f"--column {column!r} is not a document field name")
+        database = self.collection.database
+        check_documents(database, table, column)
+        top = database[table].find_one(
+            {column: {"$type": "number"}}, sort=[(column, -1)], projection={column: 1}
+        )
+        if top is None:
+            return None
+        value: Any = top.get(column)
+        if isinstance(value, float):
+            raise UsageError(f"{table}.{column} holds a float ({value}); keys must be integers")
+        return int(value)
+
+    def stored_names(self) -> list[str]:
+        """Every row's ``_id``, including rows that fail validation."""
+        try:
+            return sorted(str(doc["_id"]) for doc in self.collection.find({}, {"_id": 1}))
+        except PyMongoError as exc:
+            raise StoreUnavailable(f"reading sequence names failed: {exc}") from exc
+
+    def location(self) -> str:
+        """``database.collection``."""
+        return f"{self.database_name}.{self.collection_name}"
+
+    # lifecycle ------------------------------------------------------------
 
     def after_fork(self) -> None:
         # A MongoClient is not fork-safe: the child opens its own on first

@@ -43,7 +43,7 @@ import threading
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import redis
@@ -61,6 +61,9 @@ from autoseq.errors import (
 )
 from autoseq.stores._errors import translating, unavailable
 from autoseq.stores.base import Block, check_count, reset_after_fork
+
+if TYPE_CHECKING:
+    from autoseq.workers import WorkerLeases
 
 log = logging.getLogger("autoseq")
 
@@ -690,6 +693,29 @@ class RedisStore:
             )
 
     # lifecycle ----------------------------------------------------------------
+
+    # capabilities (autoseq.stores.capabilities) ---------------------------
+
+    def worker_leases(self) -> WorkerLeases:
+        """Snowflake worker-id leases in a hash beside this store's rows."""
+        leases: WorkerLeases | None = self.__dict__.get("_worker_leases")
+        if leases is None:
+            from autoseq.workers.redis import RedisWorkers
+
+            leases = self.__dict__["_worker_leases"] = RedisWorkers(self)
+        return leases
+
+    def stored_names(self) -> list[str]:
+        """Every row's name, from the index, including rows that fail validation."""
+        try:
+            raw = self.client.zrange(self.index_key, 0, -1)
+        except redis.RedisError as exc:
+            raise StoreUnavailable(f"reading sequence names failed: {exc}") from exc
+        return sorted(n.decode() if isinstance(n, bytes) else str(n) for n in raw)
+
+    def location(self) -> str:
+        """The server and the key prefix."""
+        return f"{self._target()} prefix {self.prefix}"
 
     def after_fork(self) -> None:
         # The parent's sockets stay the parent's: a fresh pool with the same

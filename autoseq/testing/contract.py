@@ -23,6 +23,8 @@ import contextlib
 import json
 import os
 import threading
+import time
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -36,9 +38,12 @@ from autoseq import (
     SequenceRegistry,
     maintenance,
 )
-from autoseq.errors import InvalidCount, InvalidStoredRow, ValueMovesBackward
+from autoseq.errors import InvalidCount, InvalidStoredRow, StoreUnavailable, ValueMovesBackward
+from autoseq.lock import SequenceLock
 from autoseq.pacing import DEFAULT_MAX_BATCH_COUNT
 from autoseq.stores import Block, SequenceStore
+from autoseq.stores.capabilities import LeasesWorkers
+from autoseq.workers import WorkerLeases, worker_leases
 
 HOSTILE_NAMES = [
     "orders'; DROP TABLE sys_sequence; --",
@@ -358,6 +363,185 @@ class StoreContract:
         assert values == list(range(1, 1251))
         registry.close()
         assert store.read("orders").current == 1251
+
+    # error translation ------------------------------------------------------
+
+    @pytest.fixture
+    def unavailable_store(self) -> Any:
+        """The store on a server that does not answer (a closed port, say).
+
+        A store test module overrides this to prove its driver errors become
+        ``StoreUnavailable``; without it the two checks below skip.
+        """
+        pytest.skip("no unavailable_store fixture: error translation is not proven")
+
+    def test_driver_errors_become_store_unavailable(self, unavailable_store: Any) -> None:
+        """Every operation on an unreachable server raises ``StoreUnavailable``, never a
+        driver's own error, and says which operation failed and why."""
+        check_errors_translated(unavailable_store)
+
+    def test_a_failing_store_is_backed_off(self, unavailable_store: Any) -> None:
+        """Callers hammering a sequence whose store fails reach the store only a few
+        times: the back-off works only on ``StoreUnavailable``."""
+        check_backed_off(unavailable_store)
+
+    # worker leases ----------------------------------------------------------
+
+    def forget_worker_leases(self, leases: WorkerLeases) -> None:
+        """Drop what the lease checks wrote (a SQL store's ``sys_worker`` table, say)."""
+
+    @pytest.fixture
+    def leases(self, store: Any) -> Any:
+        if not isinstance(store, LeasesWorkers | WorkerLeases):
+            pytest.skip(f"{type(store).__name__} does not lease snowflake worker ids")
+        leases = worker_leases(store)
+        yield leases
+        self.forget_worker_leases(leases)
+
+    def test_worker_leases_are_exclusive_until_released_or_expired(self, leases: Any) -> None:
+        """Two owners get two workers; a full set gives None; a release or an expiry frees
+        one, and the next owner starts past the last millisecond its holder used."""
+        check_worker_leases(leases)
+
+    def test_threads_never_lease_one_worker_twice(self, leases: Any) -> None:
+        """Sixteen threads leasing eight workers at once: eight leases, all different."""
+        check_leases_race(leases)
+
+    def test_only_the_first_layout_is_recorded(self, leases: Any) -> None:
+        """Of two layouts claimed for one name, the first stays."""
+        now = _now_ms()
+        first = leases.claim_layout("layout", "41/10/12", now, 0)
+        second = leases.claim_layout("layout", "41/8/14", now, 0)
+        assert first.owner == second.owner == "41/10/12"
+        assert not leases.list_workers("layout")
+        assert len(leases.list_workers("layout", layouts=True)) == 1
+
+
+_OPERATIONS: list[tuple[str, Any]] = [
+    ("read", lambda store: store.read("orders")),
+    ("read_all", lambda store: store.read_all()),
+    ("create", lambda store: store.create(SequenceConfig("orders"))),
+    ("reserve", lambda store: store.reserve("orders", 10)),
+    ("update", lambda store: store.update(SequenceConfig("orders", step=2))),
+]
+
+
+def check_errors_translated(store: Any) -> None:
+    """Each operation on ``store`` (whose server does not answer) raises
+    ``StoreUnavailable`` naming the cause; call it from a third-party suite too."""
+    for what, call in _OPERATIONS:
+        error: StoreUnavailable | None = None
+        try:
+            call(store)
+        except StoreUnavailable as exc:
+            error = exc
+        except Exception as exc:
+            raise AssertionError(
+                f"{what} raised {type(exc).__module__}.{type(exc).__name__} ({exc}), not "
+                "StoreUnavailable: wrap the driver's errors (autoseq.stores._errors.translating "
+                "does it for autoseq's stores), or callers lose the back-off"
+            ) from exc
+        assert error is not None, f"{what} succeeded on a store whose server does not answer"
+        assert str(error), f"{what}: StoreUnavailable without a message"
+
+
+class _Counting:
+    """Counts the reservations that reach ``inner``."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.reservations = 0
+
+    def reserve(self, name: str, count: int) -> Block:
+        self.reservations += 1
+        block: Block = self.inner.reserve(name, count)
+        return block
+
+    def __getattr__(self, attribute: str) -> Any:
+        return getattr(self.inner, attribute)
+
+
+#: Reservations a failing store may see in ``BACKOFF_WINDOW`` seconds of calls:
+#: the default back-off (0.05 s doubling) allows about four.
+BACKOFF_WINDOW = 0.5
+BACKOFF_LIMIT = 10
+
+
+def check_backed_off(store: Any, window: float = BACKOFF_WINDOW) -> int:
+    """Serve from ``store`` (failing) in a tight loop for ``window`` seconds; return how
+    many reservations reached it, asserting at most ``BACKOFF_LIMIT``."""
+    counting = _Counting(store)
+    lock = SequenceLock("orders", counting)
+    deadline = time.monotonic() + window
+    try:
+        while time.monotonic() < deadline:
+            with contextlib.suppress(Exception):
+                lock.next()
+    finally:
+        with contextlib.suppress(Exception):
+            lock.close()
+    assert counting.reservations <= BACKOFF_LIMIT, (
+        f"{counting.reservations} reservations reached a failing store in {window} s "
+        f"(at most {BACKOFF_LIMIT}): its errors are not StoreUnavailable, so they are not "
+        "backed off"
+    )
+    return counting.reservations
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def check_worker_leases(leases: Any) -> None:
+    """The lease rules of :class:`~autoseq.workers.WorkerLeases` on one store."""
+    now = _now_ms()
+    first = leases.acquire_worker("ids", "a", 2, now, 60_000)
+    second = leases.acquire_worker("ids", "b", 2, now, 60_000)
+    assert first is not None
+    assert second is not None
+    assert {first.worker, second.worker} == {0, 1}
+    assert leases.acquire_worker("ids", "c", 2, now, 60_000) is None
+    renewed = leases.renew_worker(first, now + 10, 60_000, now + 5)
+    assert renewed is not None
+    assert renewed.expires_ms >= now + 60_010
+    stolen = replace(second, owner="c")
+    assert leases.renew_worker(stolen, now + 10, 60_000, now + 5) is None
+    assert not leases.release_worker(stolen, now + 5)
+    assert leases.release_worker(second, now + 777)
+    third = leases.acquire_worker("ids", "c", 2, now + 20, 60_000)
+    assert third is not None
+    assert third.worker == second.worker
+    assert third.floor_ms >= now + 777
+    expired = leases.acquire_worker("ids", "d", 2, now + 200_000, 60_000)
+    assert expired is not None
+    assert expired.owner == "d"
+    rows = leases.list_workers("ids")
+    assert sorted(row.worker for row in rows) == [0, 1]
+
+
+def check_leases_race(leases: Any, threads: int = 16, workers: int = 8) -> None:
+    now = _now_ms()
+    won: list[int] = []
+    errors: list[BaseException] = []
+    start = threading.Barrier(threads)
+
+    def take(owner: str) -> None:
+        start.wait()
+        try:
+            lease = leases.acquire_worker("race", owner, workers, now, 60_000)
+        except BaseException as exc:  # noqa: BLE001  (reported after the join)
+            errors.append(exc)
+            return
+        if lease is not None:
+            won.append(lease.worker)
+
+    running = [threading.Thread(target=take, args=(f"o{i}",)) for i in range(threads)]
+    for thread in running:
+        thread.start()
+    for thread in running:
+        thread.join()
+    assert not errors, errors
+    assert len(won) == len(set(won)) == workers
 
 
 class MaintenanceContract:

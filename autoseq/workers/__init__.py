@@ -30,12 +30,12 @@ at the latest, before anyone issues on the new table.
 
 from __future__ import annotations
 
-import importlib
 import threading
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, runtime_checkable
 
 from autoseq.config import validate_name
+from autoseq.stores.capabilities import LeasesWorkers
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,45 +205,25 @@ class MemoryWorkers:
         self._lock = threading.Lock()
 
 
-_ADAPTERS = {
-    "SQLStore": ("autoseq.workers.sql", "SQLWorkers"),
-    "MongoStore": ("autoseq.workers.mongo", "MongoWorkers"),
-    "RedisStore": ("autoseq.workers.redis", "RedisWorkers"),
-}
-
-
 def worker_leases(store: Any) -> WorkerLeases:
     """The lease operations for ``store``, kept beside its ``sys_sequence``.
 
-    A store that implements :class:`WorkerLeases` itself is used as is; the
-    autoseq stores get an adapter (one per store object, so a process shares
-    one table handle); a ``MemoryStore`` keeps leases in memory.
+    A store that implements :class:`WorkerLeases` itself is used as is; a
+    store with the :class:`~autoseq.stores.capabilities.LeasesWorkers`
+    capability (every autoseq store, and any subclass of one) gives its own,
+    one per store object, so a process shares one table handle.
     """
     if isinstance(store, WorkerLeases):
         return store
-    cached = getattr(store, "_autoseq_workers", None)
-    if cached is not None:
-        return cached  # type: ignore[no-any-return]
-    from autoseq.stores.memory import MemoryStore
+    if isinstance(store, LeasesWorkers):
+        return store.worker_leases()
+    from autoseq.errors import InvalidSnowflakeConfig
 
-    adapter: WorkerLeases
-    if isinstance(store, MemoryStore):
-        adapter = MemoryWorkers()
-    else:
-        for klass in type(store).__mro__:
-            spot = _ADAPTERS.get(klass.__name__)
-            if spot is not None:
-                adapter = getattr(importlib.import_module(spot[0]), spot[1])(store)
-                break
-        else:
-            from autoseq.errors import InvalidSnowflakeConfig
-
-            raise InvalidSnowflakeConfig(
-                f"{type(store).__name__} cannot lease worker ids: give a MemoryStore, SQLStore, "
-                "MongoStore or RedisStore, or an object with the WorkerLeases methods"
-            )
-    store._autoseq_workers = adapter
-    return adapter
+    raise InvalidSnowflakeConfig(
+        f"{type(store).__name__} cannot lease worker ids: give a MemoryStore, SQLStore, "
+        "MongoStore or RedisStore, or an object with the WorkerLeases methods "
+        "(or a worker_leases() method returning one)"
+    )
 
 
 __all__ = [

@@ -15,11 +15,12 @@ from pymongo import ReturnDocument
 from pymongo.errors import DuplicateKeyError
 
 from autoseq.config import validate_name
-from autoseq.stores.mongo import MongoStore
 from autoseq.workers import LAYOUT_ROW, WorkerLease, candidates, layout_row, taken
 
 if TYPE_CHECKING:
     from pymongo.collection import Collection
+
+    from autoseq.stores.mongo import MongoStore
 
 
 def worker_collection_name(sequence_collection: str) -> str:

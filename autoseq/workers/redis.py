@@ -9,15 +9,17 @@ compared in Lua (as doubles, exact far beyond any millisecond timestamp).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import redis
 
 from autoseq.config import validate_name
 from autoseq.errors import StoreUnavailable
-from autoseq.stores.redis import RedisStore
 from autoseq.workers import LAYOUT_ROW, WorkerLease, layout_row
+
+if TYPE_CHECKING:
+    from autoseq.stores.redis import RedisStore
 
 _PARSE = """
 local function parse(v)

@@ -8,15 +8,19 @@ never joins an application transaction. Its name is ``sys_worker`` beside
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 
 from autoseq.config import validate_name
 from autoseq.errors import StoreUnavailable
-from autoseq.stores.sql import SQLStore, make_names_binary, name_type, reconnecting
+from autoseq.stores.sql._engine import reconnecting
+from autoseq.stores.sql._statements import make_names_binary, name_type
 from autoseq.workers import LAYOUT_ROW, WorkerLease, candidates, layout_row, taken
+
+if TYPE_CHECKING:
+    from autoseq.stores.sql import SQLStore
 
 
 def worker_table_name(sequence_table: str) -> str:

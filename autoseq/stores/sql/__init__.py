@@ -27,7 +27,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine, RowMapping, make_url
@@ -87,6 +87,10 @@ from autoseq.stores.sql._urls import (
 )
 from autoseq.stores.sql._watchdog import SocketWatch
 from autoseq.stores.sql._watchdog import _Watchdog as _Watchdog
+
+if TYPE_CHECKING:
+    from autoseq.stores.capabilities import GaplessEngine
+    from autoseq.workers import WorkerLeases
 
 __all__ = [
     "DRIVER_EXTRAS",
@@ -670,6 +674,52 @@ class SQLStore:
 
     def _missing_table(self, exc: BaseException) -> bool:
         return missing_table(exc, self.table_name)
+
+    # capabilities (autoseq.stores.capabilities) ---------------------------
+
+    def worker_leases(self) -> WorkerLeases:
+        """Snowflake worker-id leases in ``sys_worker`` beside this store's table."""
+        leases: WorkerLeases | None = self.__dict__.get("_worker_leases")
+        if leases is None:
+            from autoseq.workers.sql import SQLWorkers
+
+            leases = self.__dict__["_worker_leases"] = SQLWorkers(self)
+        return leases
+
+    def gapless_engine(self) -> GaplessEngine:
+        """Gapless values taken in the caller's SQL transaction."""
+        from autoseq import gapless
+
+        return gapless
+
+    def column_max(self, table: str, column: str) -> int | None:
+        """``max(table.column)`` in the application's database (``schema.table`` allowed)."""
+        from autoseq.stores.sql._columns import column_max
+
+        return column_max(self.app_url, table, column)
+
+    def location(self) -> str:
+        """The database URL, without its password."""
+        return str(self.url.render_as_string(hide_password=True))
+
+    def sqlite_files(self) -> tuple[str, str] | None:
+        """(application database, companion file) of a SQLite file store, else None."""
+        if self.dialect != "sqlite":
+            return None
+        companion = self.url.database
+        if not companion or companion == ":memory:" or companion.startswith("file:"):
+            return None
+        application = companion.removesuffix(SIDECAR_SUFFIX)
+        return application, companion
+
+    def rows_may_exist(self) -> bool:
+        """Whether a row can exist, without creating an empty SQLite file to find out."""
+        if self.dialect != "sqlite":
+            return True
+        files = [self.app_url.database, self.url.database]
+        if any(not database or database == ":memory:" for database in files):
+            return True
+        return any(os.path.exists(str(database)) for database in files)
 
     # lifecycle ------------------------------------------------------------
 

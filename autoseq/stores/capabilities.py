@@ -1,0 +1,127 @@
+"""What a store can do beyond ``SequenceStore``, as types.
+
+Each capability is a small protocol a store implements by having the method;
+callers ask ``isinstance(store, Capability)``, never a class or module name,
+so an application's subclass of a store keeps every capability and a
+third-party store gains one by defining the method. Nothing here imports a
+driver: a store imports its own code for a capability when it is first used.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from autoseq.config import SequenceConfig
+    from autoseq.workers import WorkerLeases
+
+
+@runtime_checkable
+class LeasesWorkers(Protocol):
+    """Keeps snowflake worker-id leases beside its rows (``sys_worker``)."""
+
+    def worker_leases(self) -> WorkerLeases:
+        """The lease operations, one object per store (it may cache a table handle)."""
+        ...
+
+
+@runtime_checkable
+class GaplessEngine(Protocol):
+    """Takes gapless values inside the caller's transaction."""
+
+    def take(self, connection: Any, store: Any, config: SequenceConfig, count: int) -> list[int]:
+        """``count`` consecutive values of ``config``'s row, in ``connection``'s transaction."""
+        ...
+
+
+@runtime_checkable
+class GaplessNumbering(Protocol):
+    """Can number without gaps: values taken in the caller's transaction."""
+
+    def gapless_engine(self) -> GaplessEngine:
+        """The engine taking gapless values on this store."""
+        ...
+
+
+@runtime_checkable
+class ReadsColumnMax(Protocol):
+    """Reads ``max()`` of an integer column (SQL) or field (MongoDB) of the application."""
+
+    def column_max(self, table: str, column: str) -> int | None:
+        """The largest value in ``table.column``, None when empty; ``UsageError`` when
+        the table or column is missing or not an integer."""
+        ...
+
+
+@runtime_checkable
+class ListsStoredNames(Protocol):
+    """Lists every row's name, including rows that fail validation."""
+
+    def stored_names(self) -> list[str]: ...
+
+
+@runtime_checkable
+class Locates(Protocol):
+    """Says where its rows live, for people (no password)."""
+
+    def location(self) -> str: ...
+
+
+@runtime_checkable
+class CreatesTable(Protocol):
+    """Has a table (or the like) that an operator creates once: ``autoseq init``."""
+
+    def create_table(self) -> None: ...
+
+
+@runtime_checkable
+class KnowsFiles(Protocol):
+    """Keeps its rows in files that may not exist yet (SQLite)."""
+
+    def rows_may_exist(self) -> bool:
+        """Whether a row can exist, without creating an empty file to find out."""
+        ...
+
+    def sqlite_files(self) -> tuple[str, str] | None:
+        """(application database, companion file), or None when not file-backed."""
+        ...
+
+
+@runtime_checkable
+class ReadsRawRows(Protocol):
+    """Reads a row as stored, even one that fails validation (for repair)."""
+
+    def read_raw(self, name: str) -> dict[str, Any] | None: ...
+
+
+@runtime_checkable
+class ReportsReplication(Protocol):
+    """Can tell whether a reservation survives a failover (for doctor)."""
+
+    def replication_findings(self) -> list[tuple[str, str]]:
+        """(level, message) pairs; ``StoreUnavailable`` when it cannot be checked."""
+        ...
+
+
+@runtime_checkable
+class ReportsPersistence(Protocol):
+    """Can show the server's persistence settings (Redis: appendonly & co, for doctor)."""
+
+    def persistence(self) -> dict[str, str]:
+        """The settings, or an empty dict when the server refuses to show them."""
+        ...
+
+
+__all__ = [
+    "CreatesTable",
+    "GaplessEngine",
+    "GaplessNumbering",
+    "KnowsFiles",
+    "LeasesWorkers",
+    "ListsStoredNames",
+    "Locates",
+    "ReadsColumnMax",
+    "ReadsRawRows",
+    "ReportsPersistence",
+    "ReportsReplication",
+]
