@@ -44,10 +44,12 @@ from autoseq.stores.base import SequenceStore
 from autoseq.stores.capabilities import (
     KnowsFiles,
     ListsStoredNames,
-    Locates,
     ReadsColumnMax,
     ReportsPersistence,
     ReportsReplication,
+)
+from autoseq.stores.capabilities import (
+    describe as describe,
 )
 
 Level = Literal["ok", "warning", "error"]
@@ -225,13 +227,6 @@ def format_duration(seconds: float | None) -> str:
 def values_left(row: SequenceConfig) -> int:
     """Values not yet reserved before ``end``: ``row.values_left`` (kept for callers)."""
     return row.values_left
-
-
-def describe(store: SequenceStore) -> str:
-    """Where ``store`` keeps its rows, without a password."""
-    if isinstance(store, Locates):
-        return f"{type(store).__name__} {store.location()}"
-    return type(store).__name__
 
 
 #: Checks other modules add (snowflake worker leases, say): each is called
@@ -588,82 +583,6 @@ def _check_replication(store: SequenceStore, report: Report) -> None:
         report.add(cast(Level, level), "replication", message)
 
 
-# the command line -----------------------------------------------------------------
-
-HELP = "check every sequence: behind max(column), invalid rows, values left, store settings"
-
-
-def configure_cli(parser: Any) -> None:
-    """Arguments of ``autoseq doctor``."""
-    parser.add_argument("names", nargs="*", metavar="NAME", help="only these sequences")
-    parser.add_argument(
-        "--column",
-        action="append",
-        default=[],
-        metavar="TABLE.COLUMN[=SEQUENCE]",
-        help="a column (MongoDB: collection.field) using a sequence (default: the sequence "
-        "named after the table); repeat for each",
-    )
-    parser.add_argument(
-        "--metadata",
-        action="append",
-        default=[],
-        metavar="MODULE:NAME",
-        help="find the columns in SQLAlchemy metadata (a MetaData, a declarative base or a "
-        "Table), e.g. myapp.models:Base",
-    )
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    parser.add_argument(
-        "--strict", action="store_true", help="exit 1 on warnings too, not only on errors"
-    )
-    parser.add_argument(
-        "--sample",
-        type=float,
-        default=0.0,
-        metavar="SECONDS",
-        help="watch current this long to measure each sequence's rate (default 0: no rate)",
-    )
-    parser.add_argument(
-        "--warn-days",
-        type=float,
-        default=WARN_SECONDS / 86400,
-        metavar="DAYS",
-        help="warn when a sequence reaches end sooner than this at the measured rate (30)",
-    )
-    parser.add_argument(
-        "--warn-share",
-        type=float,
-        default=WARN_SHARE,
-        metavar="SHARE",
-        help="warn when this share of a sequence's range is reserved (0.9)",
-    )
-
-
-def run_cli(args: Any) -> int:
-    """``autoseq doctor``: print the report; 0 fine, 1 something is wrong, 2 bad input."""
-    from autoseq.cli import open_store
-
-    if args.sample < 0 or not 0 < args.warn_share <= 1 or args.warn_days < 0:
-        raise UsageError("--sample and --warn-days must be 0 or more, --warn-share in (0, 1]")
-    store = open_store(args)
-    try:
-        columns = [*column_hints(store, args.column)]
-        for spec in args.metadata:
-            columns.extend(metadata_columns(store, spec))
-        report = examine(
-            store,
-            columns,
-            sample=args.sample,
-            warn_share=args.warn_share,
-            warn_seconds=args.warn_days * 86400,
-            names=args.names or None,
-        )
-    finally:
-        store.close()
-    print(report.to_json() if args.json else report.to_text())
-    return report.exit_code(strict=args.strict)
-
-
 def column_hints(store: SequenceStore, hints: Iterable[str]) -> list[ColumnUse]:
     """``TABLE.COLUMN[=SEQUENCE]`` hints as column uses on ``store``'s database."""
     from autoseq.config import validate_name
@@ -730,3 +649,22 @@ def metadata_columns(store: SequenceStore, spec: str) -> list[ColumnUse]:
     if not found:
         raise UsageError(f"--metadata {spec!r}: no table in it has an autoseq sequence column")
     return found
+
+
+#: Moved to :mod:`autoseq.cli.doctor` (the library never imports the CLI).
+_MOVED_TO_CLI = ("HELP", "configure_cli", "run_cli")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _MOVED_TO_CLI:
+        import importlib
+        import warnings
+
+        warnings.warn(
+            f"autoseq.doctor.{name} moved to autoseq.cli.doctor.{name}; the old name goes "
+            "in the next release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(importlib.import_module("autoseq.cli.doctor"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

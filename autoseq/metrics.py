@@ -77,9 +77,9 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
 from autoseq import _hooks, signals
-from autoseq.doctor import describe
 from autoseq.errors import StoreUnavailable
 from autoseq.lock import SequenceLock
+from autoseq.stores.capabilities import describe
 
 #: Reservation latency buckets (seconds): a warm reservation is about a
 #: millisecond; the tail is a contended row or a server failing over.

@@ -6,7 +6,8 @@ Run ``python tools/architecture.py`` from the repository root for the figures;
 Definitions (read from the source with ``ast``, nothing is imported):
 
 - An *import edge* goes from a module to the module an ``import`` or
-  ``from ... import`` statement loads, wherever the statement stands: at the
+  ``from ... import`` statement (or ``importlib.import_module`` with a
+  literal name, counted as function level) loads, wherever it stands: at the
   top, inside a function (``kind="function"``) or under ``if TYPE_CHECKING:``
   (``kind="typing"``, left out of the cycles since it never runs).
   ``from package import name`` points at ``package.name`` when that is a
@@ -132,7 +133,25 @@ def scan(
                 if target in known and target != module:
                     edges.append(Edge(module, target, kind, node.lineno))
                 private.extend(_privates(module, target, name, node.lineno, known))
+        for target, line in _dynamic_imports(tree):
+            if target in known and target != module:
+                edges.append(Edge(module, target, "function", line))
     return edges, private
+
+
+def _dynamic_imports(tree: ast.AST) -> Iterator[tuple[str, int]]:
+    """``importlib.import_module("literal")`` calls: lazy imports by another name."""
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute | ast.Name)
+            and (node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id)
+            == "import_module"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            yield node.args[0].value, node.lineno
 
 
 def _targets(

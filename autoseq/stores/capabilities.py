@@ -112,6 +112,13 @@ class ReportsPersistence(Protocol):
         ...
 
 
+def describe(store: object) -> str:
+    """The store's class and where it keeps its rows (no password), for people."""
+    if isinstance(store, Locates):
+        return f"{type(store).__name__} {store.location()}"
+    return type(store).__name__
+
+
 __all__ = [
     "CreatesTable",
     "GaplessEngine",
@@ -124,4 +131,5 @@ __all__ = [
     "ReadsRawRows",
     "ReportsPersistence",
     "ReportsReplication",
+    "describe",
 ]

@@ -544,25 +544,3 @@ register(
     _run_sync,
     _configure_sync,
 )
-
-
-def _register_snowflake_commands() -> None:
-    # snowflake ids: `autoseq snowflake decode VALUE`, `autoseq workers`
-    from autoseq.snowflake_cli import register_commands
-
-    register_commands(register)
-
-
-_register_snowflake_commands()
-
-
-def _register_doctor() -> None:
-    from autoseq import doctor
-
-    register("doctor", doctor.HELP, doctor.run_cli, doctor.configure_cli)
-
-
-_register_doctor()
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -1,0 +1,36 @@
+"""Old import paths keep working for one release, with a DeprecationWarning (issue 32)."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+
+@pytest.mark.parametrize(
+    ("old", "name", "new"),
+    [
+        ("autoseq.snowflake_cli", "register_commands", "autoseq.cli.snowflake"),
+        ("autoseq.doctor", "run_cli", "autoseq.cli.doctor"),
+        ("autoseq.doctor", "configure_cli", "autoseq.cli.doctor"),
+        ("autoseq.doctor", "HELP", "autoseq.cli.doctor"),
+    ],
+)
+def test_an_old_path_warns_and_gives_the_same_object(old: str, name: str, new: str) -> None:
+    module = importlib.import_module(old)
+    with pytest.warns(DeprecationWarning, match=new):
+        value = getattr(module, name)
+    assert value is getattr(importlib.import_module(new), name)
+
+
+def test_an_unknown_name_is_still_an_attribute_error() -> None:
+    doctor = importlib.import_module("autoseq.doctor")
+    with pytest.raises(AttributeError, match="no_such_thing"):
+        doctor.no_such_thing  # noqa: B018
+
+
+def test_usage_error_is_one_class_at_both_homes() -> None:
+    from autoseq.cli import UsageError as FromCli
+    from autoseq.errors import UsageError
+
+    assert FromCli is UsageError
