@@ -214,8 +214,8 @@ def _take(serial: Serial, count: int, connection: Any) -> list[Any]:
     column = _integer_serials.get(serial)
     if column is not None and serial.gapless:
         # An integer key: a row created now starts past the keys already stored.
-        from autoseq import gapless
         from autoseq.sqlalchemy import _column_floor
+        from autoseq.stores.sql import gapless
 
         bound = gapless.connection_of(connection, serial.name)
         store = gapless.check_store(serial.store, serial.name)

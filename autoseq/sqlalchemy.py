@@ -1290,7 +1290,7 @@ def _sequence_table(name: str, metadata: sa.MetaData) -> sa.Table:
 
 
 def _worker_table(name: str, metadata: sa.MetaData) -> sa.Table:
-    from autoseq.workers.sql import worker_table
+    from autoseq.stores.sql.workers import worker_table
 
     return worker_table(name, metadata)
 

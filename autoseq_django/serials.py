@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     import sqlalchemy as sa
     from django.db.backends.base.base import BaseDatabaseWrapper
 
-    from autoseq.gapless import Run
+    from autoseq.stores.sql.gapless import Run
 
     _CharField = models.CharField[str | None, str]
 else:
@@ -580,14 +580,14 @@ _module: list[Any] = []
 def _gapless() -> Any:
     """:mod:`autoseq.gapless`, imported on first use (it imports SQLAlchemy)."""
     if not _module:
-        from autoseq import gapless
+        from autoseq.stores.sql import gapless
 
         _module.append(gapless)
     return _module[0]
 
 
 def _table(store: Any, dialect: str) -> sa.Table:
-    from autoseq.gapless import sqlite_table
+    from autoseq.stores.sql.gapless import sqlite_table
 
     if dialect != "sqlite":
         table: sa.Table = store.table

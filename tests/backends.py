@@ -106,7 +106,7 @@ def drop_sql_store(store: Any) -> None:
     That is its sequence table and the worker-lease table a snowflake on it
     made (``<table>_worker``), which ``drop_table()`` leaves alone.
     """
-    from autoseq.workers.sql import SQLWorkers
+    from autoseq.stores.sql.workers import SQLWorkers
 
     SQLWorkers(store).drop_table()
     store.drop_table()

@@ -20,11 +20,11 @@ from autoseq import (
     SequenceConfig,
     SequenceExhausted,
     Serial,
-    gapless,
 )
 from autoseq.errors import InvalidCount
 from autoseq.lock import MAX_MANY
 from autoseq.stores import SQLStore
+from autoseq.stores.sql import gapless
 
 
 @pytest.fixture

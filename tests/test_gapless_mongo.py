@@ -11,10 +11,11 @@ from typing import Any
 import pytest
 from mongo_server import MongoServer
 
-from autoseq import GaplessUnavailable, SequenceConfig, Serial, gapless_mongo
+from autoseq import GaplessUnavailable, SequenceConfig, Serial
 from autoseq.errors import InvalidCount
 from autoseq.lock import MAX_MANY
 from autoseq.stores import MongoStore
+from autoseq.stores.mongo import gapless as gapless_mongo
 
 pytestmark = pytest.mark.mongodb
 

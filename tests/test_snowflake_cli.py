@@ -11,7 +11,7 @@ from backends import make_app_database, unique_table
 from autoseq.cli import main
 from autoseq.snowflake import Snowflake
 from autoseq.stores.sql import SQLStore
-from autoseq.workers.sql import SQLWorkers
+from autoseq.stores.sql.workers import SQLWorkers
 
 
 def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:

@@ -21,7 +21,7 @@ from autoseq.sqlalchemy import (
     uninstall,
 )
 from autoseq.stores.sql import SQLStore
-from autoseq.workers.sql import SQLWorkers
+from autoseq.stores.sql.workers import SQLWorkers
 
 
 @dataclass

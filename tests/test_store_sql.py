@@ -340,7 +340,7 @@ def test_an_older_mariadb_table_is_upgraded_so_names_differing_in_case_are_two_r
     from backends import sql_url, unique_table
 
     from autoseq.stores.sql import sequence_table
-    from autoseq.workers.sql import SQLWorkers, worker_table
+    from autoseq.stores.sql.workers import SQLWorkers, worker_table
 
     url = sql_url("mysql", tmp_path)
     name = unique_table()

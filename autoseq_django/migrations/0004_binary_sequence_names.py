@@ -23,7 +23,7 @@ def make_names_binary(apps: Any, schema_editor: Any) -> None:
     if connection.vendor != "mysql":
         return
     from autoseq.stores.sql import make_names_binary
-    from autoseq.workers.sql import worker_table_name
+    from autoseq.stores.sql.workers import worker_table_name
     from autoseq_django import sequences
 
     store = sequences.store(connection.alias)

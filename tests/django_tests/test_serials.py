@@ -142,7 +142,7 @@ def test_gapless_sequence_field_outside_atomic_is_refused(backend: str) -> None:
 @pytest.mark.autoseq_transaction
 def test_gapless_key_row_created_for_a_table_with_rows_starts_past_them(backend: str) -> None:
     """With no row yet, a gapless key starts past the largest key stored."""
-    from autoseq import gapless
+    from autoseq.stores.sql import gapless
     from autoseq_django import sequences
 
     store = sequences.store(sequences.sequence_database(backend))

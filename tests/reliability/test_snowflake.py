@@ -52,7 +52,7 @@ def start_together(jobs: list[dict[str, Any]], go: Path, timeout: float) -> list
 
 def _drop_worker_table(target: Any) -> None:
     if target.kind == "sql":  # the others go with the target's own clean-up
-        from autoseq.workers.sql import SQLWorkers
+        from autoseq.stores.sql.workers import SQLWorkers
 
         SQLWorkers(target.open()).drop_table()
 
@@ -102,15 +102,15 @@ def drop_leases(target: Any, name: str) -> None:
     """Drop the lease table (collection, hash) of ``name`` as a migration or an operator might."""
     store = target.open()
     if target.kind == "sql":
-        from autoseq.workers.sql import SQLWorkers
+        from autoseq.stores.sql.workers import SQLWorkers
 
         SQLWorkers(store).drop_table()
     elif target.kind == "mongo":
-        from autoseq.workers.mongo import MongoWorkers
+        from autoseq.stores.mongo.workers import MongoWorkers
 
         MongoWorkers(store).collection.drop()
     else:
-        from autoseq.workers.redis import RedisWorkers
+        from autoseq.stores.redis.workers import RedisWorkers
 
         store.client.delete(RedisWorkers(store).key(name))
 

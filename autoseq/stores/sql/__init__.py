@@ -681,14 +681,14 @@ class SQLStore:
         """Snowflake worker-id leases in ``sys_worker`` beside this store's table."""
         leases: WorkerLeases | None = self.__dict__.get("_worker_leases")
         if leases is None:
-            from autoseq.workers.sql import SQLWorkers
+            from autoseq.stores.sql.workers import SQLWorkers
 
             leases = self.__dict__["_worker_leases"] = SQLWorkers(self)
         return leases
 
     def gapless_engine(self) -> GaplessEngine:
         """Gapless values taken in the caller's SQL transaction."""
-        from autoseq import gapless
+        from autoseq.stores.sql import gapless
 
         return gapless
 

@@ -700,7 +700,7 @@ class RedisStore:
         """Snowflake worker-id leases in a hash beside this store's rows."""
         leases: WorkerLeases | None = self.__dict__.get("_worker_leases")
         if leases is None:
-            from autoseq.workers.redis import RedisWorkers
+            from autoseq.stores.redis.workers import RedisWorkers
 
             leases = self.__dict__["_worker_leases"] = RedisWorkers(self)
         return leases

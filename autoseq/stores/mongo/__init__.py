@@ -516,14 +516,14 @@ class MongoStore:
         """Snowflake worker-id leases in a ``sys_worker`` collection beside this one."""
         leases: WorkerLeases | None = self.__dict__.get("_worker_leases")
         if leases is None:
-            from autoseq.workers.mongo import MongoWorkers
+            from autoseq.stores.mongo.workers import MongoWorkers
 
             leases = self.__dict__["_worker_leases"] = MongoWorkers(self)
         return leases
 
     def gapless_engine(self) -> GaplessEngine:
         """Gapless values taken in the caller's session transaction."""
-        from autoseq import gapless_mongo
+        from autoseq.stores.mongo import gapless as gapless_mongo
 
         return gapless_mongo
 
