@@ -1,0 +1,8 @@
+"""Deprecated: moved to :mod:`autoseq.stores.sql.workers`, beside its store (issue 32).
+
+Every name still resolves here for one release, with a ``DeprecationWarning``.
+"""
+
+from autoseq._deprecated import moved
+
+__getattr__ = moved("autoseq.workers.sql", "autoseq.stores.sql.workers")
