@@ -42,10 +42,10 @@ from autoseq.config import SequenceConfig
 from autoseq.errors import AutoseqError, InvalidSequenceConfig, StoreUnavailable, UsageError
 from autoseq.stores.base import SequenceStore
 from autoseq.stores.capabilities import (
+    ChecksItself,
     KnowsFiles,
     ListsStoredNames,
     ReadsColumnMax,
-    ReportsPersistence,
     ReportsReplication,
 )
 from autoseq.stores.capabilities import (
@@ -298,9 +298,11 @@ def examine(
     sequences examined.
     """
     report = Report(describe(store))
-    _check_companion(store, report)
-    _check_redis(store, report)
-    _check_replication(store, report)
+    if isinstance(store, ChecksItself):  # the store's own checks, from its folder
+        for level, what, message in store.doctor_findings():
+            report.add(cast(Level, level), what, message)
+    else:
+        _check_replication(store, report)
     _check_worker_leases(store, report)
     for check in list(EXTRA_CHECKS):
         try:
@@ -494,81 +496,6 @@ def _check_worker_leases(store: SequenceStore, report: Report) -> None:
                 "last timestamp recorded for one of its worker ids; a generator started here "
                 "waits that long (or refuses, with on_clock_backwards='fail'); check NTP",
             )
-
-
-def _check_companion(store: SequenceStore, report: Report) -> None:
-    files = sqlite_files(store)
-    if files is None:
-        return
-    application, companion = files
-    has_app, has_companion = os.path.exists(application), os.path.exists(companion)
-    if has_app and has_companion:
-        report.add(
-            "ok",
-            "companion",
-            f"sequences live in {companion}; back it up with {application}, the database "
-            "first and this file second (a newer companion only leaves a gap)",
-        )
-    elif has_app:
-        report.add(
-            "warning",
-            "companion",
-            f"{companion} is missing beside {application}: no sequence has reserved yet, or "
-            "the database was copied or restored without it (then every sequence starts "
-            "again at start; `autoseq sync` each one past its column's max before writing)",
-        )
-    elif has_companion:
-        report.add(
-            "warning",
-            "companion",
-            f"{companion} exists but {application} does not: is --url the right database?",
-        )
-    else:
-        report.add("warning", "companion", f"neither {application} nor {companion} exists")
-
-
-def _check_redis(store: SequenceStore, report: Report) -> None:
-    if not isinstance(store, ReportsPersistence):
-        return
-    settings = store.persistence()
-    if not settings:
-        report.add(
-            "warning",
-            "redis_persistence",
-            "CONFIG GET was refused, so persistence cannot be checked: make sure of "
-            "appendonly yes, appendfsync always and maxmemory-policy noeviction (docs/redis.md)",
-        )
-        return
-    appendonly = settings.get("appendonly")
-    fsync = settings.get("appendfsync")
-    policy = settings.get("maxmemory-policy", "")
-    if appendonly != "yes":
-        report.add(
-            "error",
-            "redis_persistence",
-            f"appendonly={appendonly}: a restart loses reservations and values repeat; "
-            "set appendonly yes and appendfsync always",
-        )
-    elif fsync != "always":
-        report.add(
-            "warning",
-            "redis_persistence",
-            f"appendfsync={fsync}: a crash can lose the last second of reservations "
-            "(values then repeat); set appendfsync always",
-        )
-    if policy.startswith("allkeys"):
-        report.add(
-            "error",
-            "redis_persistence",
-            f"maxmemory-policy={policy} may evict a sequence row, which then starts over; "
-            "use noeviction",
-        )
-    if appendonly == "yes" and fsync == "always" and not policy.startswith("allkeys"):
-        report.add(
-            "ok",
-            "redis_persistence",
-            f"appendonly=yes appendfsync=always maxmemory-policy={policy or '?'}",
-        )
 
 
 def _check_replication(store: SequenceStore, report: Report) -> None:

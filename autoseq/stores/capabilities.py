@@ -104,11 +104,11 @@ class ReportsReplication(Protocol):
 
 
 @runtime_checkable
-class ReportsPersistence(Protocol):
-    """Can show the server's persistence settings (Redis: appendonly & co, for doctor)."""
+class ChecksItself(Protocol):
+    """Has checks of its own for ``autoseq doctor`` (kept in the store's folder)."""
 
-    def persistence(self) -> dict[str, str]:
-        """The settings, or an empty dict when the server refuses to show them."""
+    def doctor_findings(self) -> list[tuple[str, str, str]]:
+        """(level, check, message) findings: level is "ok", "warning" or "error"."""
         ...
 
 
@@ -120,6 +120,7 @@ def describe(store: object) -> str:
 
 
 __all__ = [
+    "ChecksItself",
     "CreatesTable",
     "GaplessEngine",
     "GaplessNumbering",
@@ -129,7 +130,6 @@ __all__ = [
     "Locates",
     "ReadsColumnMax",
     "ReadsRawRows",
-    "ReportsPersistence",
     "ReportsReplication",
     "describe",
 ]

@@ -713,6 +713,12 @@ class RedisStore:
             raise StoreUnavailable(f"reading sequence names failed: {exc}") from exc
         return sorted(n.decode() if isinstance(n, bytes) else str(n) for n in raw)
 
+    def doctor_findings(self) -> list[tuple[str, str, str]]:
+        """What ``autoseq doctor`` checks on this store beyond its rows."""
+        from autoseq.stores.redis._doctor import findings
+
+        return findings(self)
+
     def location(self) -> str:
         """The server and the key prefix."""
         return f"{self._target()} prefix {self.prefix}"

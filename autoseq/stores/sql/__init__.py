@@ -698,6 +698,12 @@ class SQLStore:
 
         return column_max(self.app_url, table, column)
 
+    def doctor_findings(self) -> list[tuple[str, str, str]]:
+        """What ``autoseq doctor`` checks on this store beyond its rows."""
+        from autoseq.stores.sql._doctor import findings
+
+        return findings(self)
+
     def location(self) -> str:
         """The database URL, without its password."""
         return str(self.url.render_as_string(hide_password=True))
