@@ -47,6 +47,7 @@ from autoseq.stores.capabilities import (
     ListsStoredNames,
     ReadsColumnMax,
     ReportsReplication,
+    replication_check,
 )
 from autoseq.stores.capabilities import (
     describe as describe,
@@ -499,15 +500,9 @@ def _check_worker_leases(store: SequenceStore, report: Report) -> None:
 
 
 def _check_replication(store: SequenceStore, report: Report) -> None:
-    if not isinstance(store, ReportsReplication):
-        return
-    try:
-        found = store.replication_findings()
-    except StoreUnavailable as exc:
-        report.add("warning", "replication", f"could not be checked: {_one_line(exc)}")
-        return
-    for level, message in found:
-        report.add(cast(Level, level), "replication", message)
+    if isinstance(store, ReportsReplication):
+        for level, what, message in replication_check(store):
+            report.add(cast(Level, level), what, message)
 
 
 def column_hints(store: SequenceStore, hints: Iterable[str]) -> list[ColumnUse]:

@@ -9,6 +9,7 @@ driver: a store imports its own code for a capability when it is first used.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
@@ -112,6 +113,28 @@ class ChecksItself(Protocol):
         ...
 
 
+def one_per_store(store: object, make: Callable[[], WorkerLeases]) -> WorkerLeases:
+    """``store``'s lease object, made by ``make`` on first use and kept on the store."""
+    held: WorkerLeases | None = vars(store).get("_worker_leases")
+    if held is None:
+        held = make()
+        vars(store)["_worker_leases"] = held
+    return held
+
+
+def replication_check(store: ReportsReplication) -> list[tuple[str, str, str]]:
+    """Doctor's ``replication`` findings of ``store``; a store that cannot be asked
+    gives one warning instead of failing the report."""
+    from autoseq.errors import StoreUnavailable
+
+    try:
+        found = store.replication_findings()
+    except StoreUnavailable as exc:
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        return [("warning", "replication", f"could not be checked: {reason}")]
+    return [(level, "replication", message) for level, message in found]
+
+
 def describe(store: object) -> str:
     """The store's class and where it keeps its rows (no password), for people."""
     if isinstance(store, Locates):
@@ -132,4 +155,6 @@ __all__ = [
     "ReadsRawRows",
     "ReportsReplication",
     "describe",
+    "one_per_store",
+    "replication_check",
 ]

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from autoseq.config import SequenceConfig, utc_now, validate_name
 from autoseq.errors import SequenceNotFound
 from autoseq.stores.base import Block, check_count, plan_reservation
+from autoseq.stores.capabilities import one_per_store
 
 if TYPE_CHECKING:
     from autoseq.workers import WorkerLeases
@@ -80,12 +81,9 @@ class MemoryStore:
 
     def worker_leases(self) -> WorkerLeases:
         """Snowflake worker-id leases kept in this process's memory."""
-        leases: WorkerLeases | None = self.__dict__.get("_worker_leases")
-        if leases is None:
-            from autoseq.workers import MemoryWorkers
+        from autoseq.workers import MemoryWorkers
 
-            leases = self.__dict__["_worker_leases"] = MemoryWorkers()
-        return leases
+        return one_per_store(self, MemoryWorkers)
 
     def after_fork(self) -> None:
         self._lock = threading.Lock()

@@ -57,6 +57,7 @@ from autoseq.errors import (
 )
 from autoseq.stores._errors import translating, unavailable
 from autoseq.stores.base import Block, check_count, plan_reservation, reset_after_fork
+from autoseq.stores.capabilities import one_per_store
 
 if TYPE_CHECKING:
     from pymongo.collection import Collection
@@ -514,12 +515,9 @@ class MongoStore:
 
     def worker_leases(self) -> WorkerLeases:
         """Snowflake worker-id leases in a ``sys_worker`` collection beside this one."""
-        leases: WorkerLeases | None = self.__dict__.get("_worker_leases")
-        if leases is None:
-            from autoseq.stores.mongo.workers import MongoWorkers
+        from autoseq.stores.mongo.workers import MongoWorkers
 
-            leases = self.__dict__["_worker_leases"] = MongoWorkers(self)
-        return leases
+        return one_per_store(self, lambda: MongoWorkers(self))
 
     def gapless_engine(self) -> GaplessEngine:
         """Gapless values taken in the caller's session transaction."""

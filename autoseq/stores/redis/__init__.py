@@ -61,6 +61,7 @@ from autoseq.errors import (
 )
 from autoseq.stores._errors import translating, unavailable
 from autoseq.stores.base import Block, check_count, reset_after_fork
+from autoseq.stores.capabilities import one_per_store
 
 if TYPE_CHECKING:
     from autoseq.workers import WorkerLeases
@@ -698,12 +699,9 @@ class RedisStore:
 
     def worker_leases(self) -> WorkerLeases:
         """Snowflake worker-id leases in a hash beside this store's rows."""
-        leases: WorkerLeases | None = self.__dict__.get("_worker_leases")
-        if leases is None:
-            from autoseq.stores.redis.workers import RedisWorkers
+        from autoseq.stores.redis.workers import RedisWorkers
 
-            leases = self.__dict__["_worker_leases"] = RedisWorkers(self)
-        return leases
+        return one_per_store(self, lambda: RedisWorkers(self))
 
     def stored_names(self) -> list[str]:
         """Every row's name, from the index, including rows that fail validation."""

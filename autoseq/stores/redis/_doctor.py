@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from autoseq.errors import StoreUnavailable
+from autoseq.stores.capabilities import replication_check
 
 if TYPE_CHECKING:
     from autoseq.stores.redis import RedisStore
@@ -15,7 +15,7 @@ Finding = tuple[str, str, str]
 
 def findings(store: RedisStore) -> list[Finding]:
     """The store's own findings, in the order doctor reports them."""
-    return [*_persistence(store), *_replication(store)]
+    return [*_persistence(store), *replication_check(store)]
 
 
 def _persistence(store: RedisStore) -> list[Finding]:
@@ -71,12 +71,3 @@ def _persistence(store: RedisStore) -> list[Finding]:
             )
         )
     return found
-
-
-def _replication(store: RedisStore) -> list[Finding]:
-    try:
-        found = store.replication_findings()
-    except StoreUnavailable as exc:
-        reason = " ".join(str(exc).split()) or type(exc).__name__
-        return [("warning", "replication", f"could not be checked: {reason}")]
-    return [(level, "replication", message) for level, message in found]

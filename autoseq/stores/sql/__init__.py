@@ -44,6 +44,7 @@ from autoseq.errors import (
 )
 from autoseq.stores._errors import translating, unavailable
 from autoseq.stores.base import Block, check_count, plan_reservation, reset_after_fork
+from autoseq.stores.capabilities import one_per_store
 from autoseq.stores.sql._appfile import (
     AppFileRows,
     application_file,
@@ -679,12 +680,9 @@ class SQLStore:
 
     def worker_leases(self) -> WorkerLeases:
         """Snowflake worker-id leases in ``sys_worker`` beside this store's table."""
-        leases: WorkerLeases | None = self.__dict__.get("_worker_leases")
-        if leases is None:
-            from autoseq.stores.sql.workers import SQLWorkers
+        from autoseq.stores.sql.workers import SQLWorkers
 
-            leases = self.__dict__["_worker_leases"] = SQLWorkers(self)
-        return leases
+        return one_per_store(self, lambda: SQLWorkers(self))
 
     def gapless_engine(self) -> GaplessEngine:
         """Gapless values taken in the caller's SQL transaction."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from autoseq.errors import StoreUnavailable
+from autoseq.stores.capabilities import replication_check
 
 if TYPE_CHECKING:
     from autoseq.stores.sql import SQLStore
@@ -17,7 +17,7 @@ Finding = tuple[str, str, str]
 
 def findings(store: SQLStore) -> list[Finding]:
     """The store's own findings, in the order doctor reports them."""
-    return [*_companion(store), *_replication(store)]
+    return [*_companion(store), *replication_check(store)]
 
 
 def _companion(store: SQLStore) -> list[Finding]:
@@ -55,12 +55,3 @@ def _companion(store: SQLStore) -> list[Finding]:
             )
         ]
     return [("warning", "companion", f"neither {application} nor {companion} exists")]
-
-
-def _replication(store: SQLStore) -> list[Finding]:
-    try:
-        found = store.replication_findings()
-    except StoreUnavailable as exc:
-        reason = " ".join(str(exc).split()) or type(exc).__name__
-        return [("warning", "replication", f"could not be checked: {reason}")]
-    return [(level, "replication", message) for level, message in found]
