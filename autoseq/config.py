@@ -141,7 +141,7 @@ def _bool_default(name: str) -> bool:
     return default
 
 
-def _stored_int(value: object, field_name: str) -> int:
+def stored_int(value: object, field_name: str) -> int:
     # Drivers hand back integers as int (bson's Int64 is one); a float is
     # refused even when whole, since a shell that wrote 1e20 lost precision.
     if isinstance(value, int) and not isinstance(value, bool):
@@ -151,7 +151,7 @@ def _stored_int(value: object, field_name: str) -> int:
     )
 
 
-def _stored_bool(value: object, field_name: str) -> bool:
+def stored_bool(value: object, field_name: str) -> bool:
     # SQL drivers return booleans as bool or 0/1 (MySQL TINYINT); anything
     # else (the string "false", 2, None) is a hand edit we must not guess.
     if isinstance(value, bool):
@@ -269,16 +269,16 @@ class SequenceConfig:
         try:
             config = cls(
                 name=name,
-                start=_stored_int(get("start"), "start"),
-                end=_stored_int(get("end"), "end"),
-                step=_stored_int(get("step"), "step"),
-                batch=_stored_bool(get("batch"), "batch"),
-                batch_count=_stored_int(get("batch_count"), "batch_count"),
-                cycle=_stored_bool(get("cycle"), "cycle"),
+                start=stored_int(get("start"), "start"),
+                end=stored_int(get("end"), "end"),
+                step=stored_int(get("step"), "step"),
+                batch=stored_bool(get("batch"), "batch"),
+                batch_count=stored_int(get("batch_count"), "batch_count"),
+                cycle=stored_bool(get("cycle"), "cycle"),
                 updated_at=get("updated_at"),
-                version=_stored_int(get("version") if get("version") is not None else 0, "version"),
+                version=stored_int(get("version") if get("version") is not None else 0, "version"),
             )
-            current = _stored_int(get("current"), "current")
+            current = stored_int(get("current"), "current")
         except InvalidSequenceConfig as exc:
             raise InvalidStoredRow(name, str(exc)) from None
         if not config.start <= current <= config.last_value + config.step or (

@@ -30,8 +30,8 @@ from autoseq.config import (
     CHANGEABLE_SETTINGS,
     MAX_VALUE,
     SequenceConfig,
-    _stored_bool,
-    _stored_int,
+    stored_bool,
+    stored_int,
     validate_name,
 )
 from autoseq.errors import (
@@ -310,12 +310,12 @@ def repair(store: SequenceStore, name: str, current: int, **overrides: Any) -> S
         unreadable: list[str] = []
         for field in ("start", "end", "step", "batch_count"):
             try:
-                fields[field] = _stored_int(overrides.get(field, raw.get(field)), field)
+                fields[field] = stored_int(overrides.get(field, raw.get(field)), field)
             except InvalidSequenceConfig:
                 unreadable.append(field)
         for field in ("batch", "cycle"):
             try:
-                fields[field] = _stored_bool(overrides.get(field, raw.get(field)), field)
+                fields[field] = stored_bool(overrides.get(field, raw.get(field)), field)
             except InvalidSequenceConfig:
                 unreadable.append(field)
         if unreadable:
@@ -326,7 +326,7 @@ def repair(store: SequenceStore, name: str, current: int, **overrides: Any) -> S
                 f"(`autoseq set {name} {current} --force {flags}`)",
             )
         try:
-            version = _stored_int(raw.get("version") or 0, "version")
+            version = stored_int(raw.get("version") or 0, "version")
         except InvalidSequenceConfig:
             version = -1  # matches nothing: such a row must be fixed by hand
         try:
