@@ -9,6 +9,7 @@ here, each with its reason; the lists only ever shrink.
 from __future__ import annotations
 
 import importlib
+import subprocess
 import sys
 import warnings
 from pathlib import Path
@@ -134,6 +135,7 @@ def test_the_library_never_imports_the_command_line() -> None:
         and e.source.startswith("autoseq.")
         and not e.source.startswith("autoseq.cli")
         and e.source not in MOVED
+        and e.source != "autoseq.__main__"  # `python -m autoseq`: an entry point
         # doctor's deprecation shim for run_cli/configure_cli/HELP, see ALLOWED_CYCLES
         and (e.source, e.target) != ("autoseq.doctor", "autoseq.cli.doctor")
     ]
@@ -164,3 +166,19 @@ def test_a_moved_module_still_answers_with_a_warning(old: str, new: str) -> None
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         importlib.import_module(new)  # the new path itself is quiet
+
+
+@pytest.mark.parametrize("module", ["autoseq", "autoseq.cli"])
+def test_python_dash_m_runs_the_command_line(module: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", module, "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "usage: autoseq" in done.stdout
+    assert "doctor" in done.stdout
+    assert "workers" in done.stdout
