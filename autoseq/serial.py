@@ -384,8 +384,8 @@ class Serial:
         else:
             self.registry = SequenceRegistry(store)
         self.store = self.registry.store
-        if self.gapless:
-            _gapless_module(self.store, name)
+        # Asked once: the store's type decides, and a take stays one call.
+        self._gapless_engine = _gapless_module(self.store, name) if self.gapless else None
         self.clock = clock or utc_now
         self._configs: dict[date | None, SequenceConfig] = {}
         self._formats: dict[date | None, Callable[..., str]] = {}
@@ -493,7 +493,8 @@ class Serial:
     def _next_gapless(self, connection: Any, count: int) -> list[str]:
         day = self._now()
         config = self.row_config(day)
-        values = _gapless_module(self.store, self.name).take(connection, self.store, config, count)
+        engine = self._gapless_engine or _gapless_module(self.store, self.name)
+        values = engine.take(connection, self.store, config, count)
         fmt = self._formatter(day)
         return [fmt(n=value) for value in values]
 
