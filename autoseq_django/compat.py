@@ -58,7 +58,7 @@ def _lock(
 ) -> SequenceLock:
     config = _config(sequence_name, initial_value, reset_value)
     alias = using or DEFAULT_DB_ALIAS
-    testing.note_api_row(alias, sequence_name, False)
+    testing.note_api_row(alias, sequence_name, False, delete)
     return sequences.lock(config, alias)
 
 
@@ -237,7 +237,7 @@ def _gapless(
     config = _config(sequence_name, initial_value, reset_value)
     alias = using or DEFAULT_DB_ALIAS
     connection = connections[alias]
-    testing.note_api_row(alias, sequence_name, True)
+    testing.note_api_row(alias, sequence_name, True, delete)
     # django-sequences' transaction: the caller's when there is one, else its own.
     with transaction.atomic(using=alias, savepoint=False):
         if nowait and _taken_from(gapless_row(sequence_name, connection)):

@@ -16,6 +16,7 @@ it start each test from ``initial_value``. Rows of model fields stay (see
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from django.apps import apps as global_apps
@@ -38,27 +39,27 @@ def install_when_testing() -> None:
     _installed = True
 
 
-#: (write alias, name, gapless) of rows django-sequences' API used while testing.
-_api_rows: set[tuple[str, str, bool]] = set()
+#: Rows django-sequences' API used while testing: (write alias, name, gapless) ->
+#: the API's own ``delete`` (passed in, so this module need not import the API's).
+_api_rows: dict[tuple[str, str, bool], Callable[..., object]] = {}
 
 
-def note_api_row(alias: str, name: str, gapless: bool) -> None:
+def note_api_row(alias: str, name: str, gapless: bool, delete: Callable[..., object]) -> None:
     """Remember a row django-sequences' API used, so a test flush deletes it (tests only)."""
     if _installed:
-        _api_rows.add((alias, name, gapless))
+        _api_rows[(alias, name, gapless)] = delete
 
 
 def forget_api_rows(using: str) -> list[str]:
     """Delete the API's rows of test database ``using`` (not those a model field uses)."""
-    from autoseq_django import compat
     from autoseq_django.maintenance import users
 
     deleted = []
     for row in sorted(r for r in _api_rows if r[0] == using):
-        _api_rows.discard(row)
+        delete = _api_rows.pop(row)
         alias, name, gapless = row
         if not users(name):
-            compat.delete(name, using=alias, gapless=gapless)
+            delete(name, using=alias, gapless=gapless)
             deleted.append(name)
     return deleted
 
