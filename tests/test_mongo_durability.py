@@ -21,7 +21,7 @@ from pymongo.server_description import ServerDescription
 from autoseq import SequenceConfig, doctor
 from autoseq.errors import InvalidSequenceConfig
 from autoseq.stores.mongo import MongoStore, PrimaryWatch
-from autoseq.workers.mongo import MongoWorkers
+from autoseq.stores.mongo.workers import MongoWorkers
 
 pytestmark = pytest.mark.mongodb
 

@@ -13,7 +13,7 @@ from backends import unique_table
 from autoseq import SequenceConfig
 from autoseq.errors import AutoseqError
 from autoseq.stores import SQLStore
-from autoseq.workers.sql import SQLWorkers
+from autoseq.stores.sql.workers import SQLWorkers
 
 from .servers import PgBouncer
 
