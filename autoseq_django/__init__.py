@@ -101,14 +101,13 @@ def preload(using: str | None = None) -> list[str]:
     router choice). Returns the names ready to serve. ``AUTOSEQ["PRELOAD"]``
     calls it on the first request; call it yourself in a worker's start-up.
     """
-    from django.apps import apps
     from django.db import router
 
     from autoseq_django import sequences
-    from autoseq_django.fields import sequence_fields
+    from autoseq_django.fields import sequence_fields, sequence_models
 
     names: set[str] = set()
-    for model in apps.get_models():
+    for model in sequence_models():
         for field in sequence_fields(model):
             if field.sequence_config.gapless:
                 continue  # taken in the caller's transaction, never from a block

@@ -53,6 +53,8 @@ class _Local(threading.local):
     # A class default: pending() runs before every take, and a missing
     # attribute of a thread-local costs an AttributeError each time.
     pending: _Pending | None = None
+    #: Values of the statement being compiled, noted when it runs (note_written).
+    statement: _Pending | None = None
 
 
 _local = _Local()
@@ -74,6 +76,29 @@ def note(field: SequenceField, alias: str, value: int) -> None:
         flush()  # autocommit: the statement is its own transaction
     elif not _compat.on_commit_pending(connection, _flush_on_commit):
         transaction.on_commit(_flush_on_commit, using=alias)
+
+
+def note_written(field: SequenceField, alias: str, value: int) -> None:
+    """Like :func:`note`, once the statement being compiled runs (``guard_inserts``).
+
+    A bulk whose first INSERT takes the values of the whole bulk takes them
+    before that statement's given keys count: moved past those first, its
+    values would meet keys given in its later statements.
+    """
+    statement = _local.statement
+    if statement is None:
+        statement = _local.statement = {}
+    key = (alias, id(field))
+    found = statement.get(key)
+    if found is None or found[2] < value:
+        statement[key] = (field, alias, value)
+
+
+def _note_statement() -> None:
+    statement = _local.statement
+    _local.statement = None
+    for field, alias, value in statement.values() if statement else ():
+        note(field, alias, value)
 
 
 def _keep(field: SequenceField, alias: str, value: int) -> bool:
@@ -155,13 +180,16 @@ def _flush_on_commit() -> None:
 
 
 def after_migrate(using: str, apps: Any = None, plan: Any = None, **kwargs: Any) -> None:
-    """``post_migrate``: sequences of fields a migration added or altered move past max()."""
-    from django.core.exceptions import FieldDoesNotExist
-    from django.db import router
-    from django.db.migrations.operations import AddField, AlterField
+    """``post_migrate``: every sequence used in ``using`` moves past ``max()`` of its columns.
 
-    from autoseq_django.fields import SequenceField
-    from autoseq_django.maintenance import _has_table, sync
+    Whoever declared the table: the project's models, auto-created
+    many-to-many tables and ``django_migrations`` (a project switching
+    ``DEFAULT_AUTO_FIELD`` gives them sequence keys over existing rows).
+    Missing rows are created here, so a first insert reads no ``max()``
+    inside the caller's operations. ``flush`` (no plan) skips it: its tables
+    are empty.
+    """
+    from autoseq_django.maintenance import sync
     from autoseq_django.sqlite import attach_companion
     from autoseq_django.testing import install_when_testing
 
@@ -169,34 +197,9 @@ def after_migrate(using: str, apps: Any = None, plan: Any = None, **kwargs: Any)
     # that migration 0001 created, so this connection sees its rows too.
     attach_companion(connections[using])
     install_when_testing()  # test databases are being set up
-    if not plan or apps is None:
+    if plan is None:
         return
-    names: set[str] = set()
-    for migration, backwards in plan:
-        if backwards:
-            continue
-        for operation in migration.operations:
-            if not isinstance(operation, AddField | AlterField):
-                continue
-            if not isinstance(operation.field, SequenceField):
-                continue
-            try:
-                model = apps.get_model(migration.app_label, operation.model_name)
-                field = model._meta.get_field(operation.name)
-            except (LookupError, FieldDoesNotExist):
-                continue  # removed by a later migration
-            if isinstance(field, SequenceField):
-                names.add(field.sequence_name)
-    if names:
-        here = {
-            f.sequence_name
-            for model in apps.get_models()
-            if router.allow_migrate_model(using, model) and _has_table(using, model)
-            for f in model._meta.concrete_fields
-            if isinstance(f, SequenceField)
-        }
-        if names & here:
-            sync(using, names=sorted(names & here), apps=apps)
+    sync(using, apps=apps, create=True)
 
 
 def forget(alias: str) -> None:
@@ -233,13 +236,11 @@ def filled(field: SequenceField, instances: list[Any], values: list[int]) -> Non
 
 
 def _fields_of_table(table: str) -> list[SequenceField]:
-    from django.apps import apps
-
-    from autoseq_django.fields import sequence_fields
+    from autoseq_django.fields import sequence_fields, sequence_models
 
     return [
         field
-        for model in apps.get_models()
+        for model in sequence_models()
         if model._meta.db_table == table
         for field in sequence_fields(model)
         if field.unique and not field.gapless
@@ -328,15 +329,40 @@ def collided(alias: str, sql: str, params: Any, many: bool, error: BaseException
     )
 
 
+def clear_after_insert(attname: str, instances: list[Any]) -> None:
+    """Empty ``attname`` of ``instances`` once the INSERT being compiled has run.
+
+    For ``bulk_create(ignore_conflicts=True)``: no row says which of them a
+    conflict skipped, so none keeps a key, as with ``BigAutoField``.
+    """
+    _filled.clear_after = (attname, instances)
+
+
+def _clear_inserted() -> None:
+    found = getattr(_filled, "clear_after", None)
+    if found is not None:
+        _filled.clear_after = None
+        attname, instances = found
+        for obj in instances:
+            setattr(obj, attname, None)
+
+
 def guard_inserts(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
     """A Django execute wrapper: an INSERT that meets a loaded key recovers on retry."""
+    if _local.statement:
+        _note_statement()
     try:
         result = execute(sql, params, many, context)
     except IntegrityError as exc:
+        _filled.clear_after = None
         hint = collided(context["connection"].alias, sql, params, many, exc)
         if hint is None:
             raise
         raise type(exc)(f"{exc}\n{hint}") from exc
+    except BaseException:
+        _filled.clear_after = None  # the rows were not inserted: they keep their keys
+        raise
     if getattr(_filled, "by_field", None) and not _INSERT_INTO.match(sql):
         _filled.by_field = {}  # the inserts that used them are over
+    _clear_inserted()
     return result

@@ -16,7 +16,7 @@ from django.db import DEFAULT_DB_ALIAS, DatabaseError
 from autoseq.doctor import WARN_SECONDS, WARN_SHARE, ColumnUse, Report, examine
 from autoseq.errors import StoreUnavailable
 from autoseq_django import maintenance, sequences
-from autoseq_django.fields import sequence_fields
+from autoseq_django.fields import sequence_fields, sequence_models
 
 #: The system check id of each doctor check (E for errors, W for warnings).
 CHECK_IDS = {
@@ -31,15 +31,8 @@ CHECK_IDS = {
 
 
 def _sequence_names() -> list[str]:
-    from django.apps import apps
-
     return sorted(
-        {
-            field.sequence_name
-            for model in apps.get_models()
-            if not model._meta.proxy
-            for field in sequence_fields(model)
-        }
+        {field.sequence_name for model in sequence_models() for field in sequence_fields(model)}
     )
 
 

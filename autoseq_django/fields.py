@@ -82,7 +82,7 @@ class _Unfilled:
 class _Pending:
     """The INSERT compiler's view of one missing value; resolved per statement."""
 
-    __slots__ = ("field", "instance", "objs", "unfilled")
+    __slots__ = ("field", "ignore", "instance", "objs", "unfilled")
     contains_column_references = False
     contains_aggregate = False
     contains_over_clause = False
@@ -93,20 +93,30 @@ class _Pending:
         instance: models.Model,
         unfilled: _Unfilled | None,
         objs: Sequence[Any] = (),
+        ignore: bool = False,
     ) -> None:
         self.field = field
         self.instance = instance
         self.unfilled = unfilled
         self.objs = objs
+        #: bulk_create(ignore_conflicts=True): the keys go again after the INSERT
+        self.ignore = ignore
 
     def resolve_expression(self, query: Any = None, *args: Any, **kwargs: Any) -> _Pending:
         # The compiler passes its InsertQuery: its objs are every row of the
         # statement, so the whole statement is served by one next_many().
         objs = _compat.insert_rows(query) or (self.instance,)
-        return _Pending(self.field, self.instance, self.unfilled, objs)
+        return _Pending(self.field, self.instance, self.unfilled, objs, _compat.ignores(query))
 
 
-_preparing = threading.local()
+class _Preparing(threading.local):
+    #: By id(field): the stand-in instances prepared now share (see _Unfilled).
+    unfilled: dict[int, _Unfilled] | None = None
+    #: The stand-in get_pk_value_on_save just gave a key Django found empty.
+    asked: _Unfilled | None = None
+
+
+_preparing = _Preparing()
 
 
 class SequenceField(_BigIntegerField):
@@ -206,9 +216,17 @@ class SequenceField(_BigIntegerField):
         return super().db_type(connection)
 
     def has_default(self) -> bool:
-        # A key is taken on insert, so a new instance is inserted straight
-        # away (no UPDATE probe first), as Django does for keys with defaults.
-        return bool(self.primary_key) or super().has_default()
+        # Django asks this right after get_pk_value_on_save() for a new
+        # instance: a key it found empty is taken on insert, so the row is
+        # inserted straight away (no UPDATE probe), as for keys with defaults.
+        # A new instance that already holds a key (a multi-table child
+        # saved for an existing parent, Model(id=5).save()) is probed with an
+        # UPDATE first, as BigAutoField's is.
+        if self.primary_key:
+            asked = _preparing.asked
+            _preparing.asked = None
+            return asked is not None and asked.field is self and not asked.filled
+        return super().has_default()
 
     def get_default(self) -> Any:
         if self.primary_key and self.default is NOT_PROVIDED:
@@ -218,14 +236,14 @@ class SequenceField(_BigIntegerField):
     def get_pk_value_on_save(self, instance: models.Model) -> Any:
         # A stand-in shared by the instances prepared together (bulk_create
         # calls this for each one before any INSERT); see _Unfilled.
-        try:
-            open_: dict[int, _Unfilled] = _preparing.unfilled
-        except AttributeError:
+        open_ = _preparing.unfilled
+        if open_ is None:
             open_ = _preparing.unfilled = {}
         unfilled = open_.get(id(self))  # by id: Field.__hash__ is slow, this runs per row
         if unfilled is None or unfilled.filled:
             unfilled = open_[id(self)] = _Unfilled(self)
         unfilled.instances.append(instance)
+        _preparing.asked = unfilled
         return unfilled
 
     def pre_save(self, model_instance: models.Model, add: bool) -> Any:
@@ -240,7 +258,9 @@ class SequenceField(_BigIntegerField):
     def get_db_prep_save(self, value: Any, connection: BaseDatabaseWrapper) -> Any:
         if type(value) is int:  # the common case in a bulk: skip the generic chain
             if value > self._known.get(connection.alias, _UNKNOWN) and self.unique:
-                catchup.note(self, connection.alias, value)  # a key the sequence did not give
+                # A key the sequence did not give, noted when its statement
+                # runs: a bulk filled by this statement takes its values first.
+                catchup.note_written(self, connection.alias, value)
             if self.primary_key:
                 # Bound as the plain int, as BigAutoField binds its keys; any
                 # other column as BigIntegerField (on psycopg 3 an Int8
@@ -256,40 +276,59 @@ class SequenceField(_BigIntegerField):
 
     def _fill(self, pending: _Pending, using: str) -> None:
         """Values for every row prepared with ``pending`` and every empty row of its statement."""
-        attname = self.attname
-        value_of = attrgetter(attname)
+        value_of = attrgetter(self.attname)
         unfilled = pending.unfilled
+        objs = pending.objs or (pending.instance,)
         fresh = None  # the stand-in filled now; one a failed fill left behind is empty
         missing: list[models.Model] = []
         if unfilled is not None and not unfilled.filled:
             fresh, instances = unfilled, unfilled.instances
             unfilled.filled = True
             unfilled.instances = []
+            if pending.ignore:
+                # Rows a conflict skips get no key back: take values for this
+                # statement's rows only, and clear them after it (_taken).
+                statement = set(map(id, objs))
+                instances = [obj for obj in instances if id(obj) in statement]
             held = list(map(value_of, instances))  # one C loop, no call per row
             if held.count(fresh) == len(held):
                 missing = instances
             else:  # some were given a key or another stand-in since
                 pairs = zip(instances, held, strict=True)
                 missing = [obj for obj, value in pairs if value is fresh]
-        objs = pending.objs or (pending.instance,)
         values = list(map(value_of, objs))
+        given: list[int] = []
         if fresh is None or values.count(fresh) != len(values):
             known = self._known.get(using, _UNKNOWN)
             for obj, value in zip(objs, values, strict=True):
                 if value is None or (type(value) is _Unfilled and value is not fresh):
                     missing.append(obj)
                 elif type(value) is int and value > known and self.unique:
-                    # Keys given in this very statement: the values taken below
-                    # must pass them, not only the ones compiled so far.
-                    catchup.note(self, using, value)
+                    given.append(value)
         if missing:
+            self._take_for(missing, given, using, pending.ignore)
+
+    def _take_for(
+        self, missing: list[models.Model], given: list[int], using: str, ignore: bool
+    ) -> None:
+        """Values for ``missing``, none of them a key ``given`` in the same statement."""
+        values = self.take(using, len(missing))
+        if given and not set(given).isdisjoint(values):
+            # Keys given here lie ahead of the sequence: move past them first.
+            # Not by default: a bulk's later statements may give keys past
+            # these too, and values taken past this statement's would meet them.
+            for value in given:
+                catchup.note(self, using, value)
             values = self.take(using, len(missing))
-            for obj, value in zip(missing, values, strict=True):
-                setattr(obj, attname, value)
-            if self.gapless:
-                note_taken(missing, attname, connections[using])
-            elif self.unique:
-                catchup.filled(self, missing, values)
+        attname = self.attname
+        for obj, value in zip(missing, values, strict=True):
+            setattr(obj, attname, value)
+        if self.gapless:
+            note_taken(missing, attname, connections[using])
+        elif self.unique:
+            catchup.filled(self, missing, values)
+        if ignore:
+            catchup.clear_after_insert(attname, missing)
 
     def contribute_to_class(
         self, cls: type[models.Model], name: str, private_only: bool = False
@@ -414,6 +453,24 @@ def _refuse_update_without_key(sender: type[models.Model], instance: models.Mode
 def sequence_fields(model: type[models.Model]) -> list[SequenceField]:
     """The concrete ``SequenceField`` columns of ``model``."""
     return [f for f in model._meta.concrete_fields if isinstance(f, SequenceField)]
+
+
+def sequence_models(apps: Any = None) -> list[type[models.Model]]:
+    """Every concrete model of ``apps`` (default: the project's) whose table may hold keys.
+
+    Besides the installed apps' models: auto-created many-to-many tables and
+    Django's ``django_migrations``, whose keys come from ``DEFAULT_AUTO_FIELD``
+    too, so a project switching it keeps their sequences past their rows.
+    """
+    from django.apps import apps as global_apps
+    from django.db.migrations.recorder import MigrationRecorder
+
+    registry = apps or global_apps
+    found = [m for m in registry.get_models(include_auto_created=True) if not m._meta.proxy]
+    recorder = MigrationRecorder.Migration
+    if all(m._meta.db_table != recorder._meta.db_table for m in found):
+        found.append(recorder)
+    return found
 
 
 # django-stubs types AutoFieldMixin.formfield as returning None and its

@@ -15,7 +15,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from django.apps import apps as global_apps
 from django.conf import settings
 from django.db import connections, models, router
 
@@ -23,7 +22,7 @@ from autoseq import SequenceConfig, SequenceNotFound
 from autoseq import maintenance as core
 from autoseq.errors import ValueMovesBackward
 from autoseq_django import sequences
-from autoseq_django.fields import SequenceField, sequence_fields
+from autoseq_django.fields import SequenceField, sequence_fields, sequence_models
 
 #: Settings of a row that the admin and ``autoseq set`` may change.
 CHANGEABLE = core.CHANGEABLE
@@ -40,21 +39,23 @@ class ColumnMax:
 
 def users(name: str, apps: Any = None) -> list[SequenceField]:
     """Every ``SequenceField`` (of ``apps``, default the project's) drawing from ``name``."""
-    registry = apps or global_apps
     return [
         field
-        for model in registry.get_models()
-        if not model._meta.proxy
+        for model in sequence_models(apps)
         for field in sequence_fields(model)
         if field.sequence_name == name
     ]
 
 
-def _has_table(alias: str, model: type[models.Model]) -> bool:
+def table_names(alias: str) -> set[str]:
+    """The tables of database ``alias``, lower-cased (one introspection query)."""
     connection = connections[alias]
     with connection.cursor() as cursor:
-        names = {n.lower() for n in connection.introspection.table_names(cursor)}
-    return model._meta.db_table.lower() in names
+        return {n.lower() for n in connection.introspection.table_names(cursor)}
+
+
+def _has_table(alias: str, model: type[models.Model], tables: set[str] | None = None) -> bool:
+    return model._meta.db_table.lower() in (table_names(alias) if tables is None else tables)
 
 
 def column_max(field: SequenceField, alias: str) -> int | None:
@@ -77,8 +78,10 @@ def columns_of(name: str, sequence_alias: str) -> list[ColumnMax]:
     for alias in settings.DATABASES:
         if sequences._url_key(sequences.sequence_database(alias)) != target:
             continue
-        for field in users(name):
-            if router.allow_migrate_model(alias, field.model) and _has_table(alias, field.model):
+        fields = [f for f in users(name) if router.allow_migrate_model(alias, f.model)]
+        tables = table_names(alias) if fields else set()
+        for field in fields:
+            if _has_table(alias, field.model, tables):
                 label = f"{field.model._meta.label}.{field.name}"
                 found.append(ColumnMax(label, alias, column_max(field, alias)))
     return found
@@ -147,15 +150,17 @@ def change(
     return stored
 
 
-def advance_past(sequence_alias: str, config: SequenceConfig, value: int | None) -> tuple[int, int]:
+def advance_past(
+    sequence_alias: str, config: SequenceConfig, value: int | None, *, create: bool = False
+) -> tuple[int, int]:
     """Move ``current`` of ``config.name`` past ``value`` (never back); (old, new) current.
 
     A missing row is created from ``config`` when there is something to move
-    past; with nothing (``value`` None) it is left to be created on first use.
+    past, or with ``create``; else it is left to be created on first use.
     """
     store = sequences.store(sequence_alias)
     before = store.read(config.name)
-    if before is None and value is None:
+    if before is None and value is None and not create:
         return config.next_value, config.next_value
     row, _ = core.adopt(store, config, value)
     sequences.forget(sequence_alias, row.name)
@@ -175,19 +180,21 @@ class SyncResult:
 
 
 def sync(
-    database: str, *, names: Iterable[str] | None = None, apps: Any = None
+    database: str, *, names: Iterable[str] | None = None, apps: Any = None, create: bool = False
 ) -> list[SyncResult]:
     """Move each sequence used in ``database`` past ``max()`` of its columns there.
 
     ``apps`` is the model registry to look in (a migration passes its own).
+    ``create``: missing rows of empty tables are created too (``migrate`` does,
+    so a first insert reads no ``max()`` inside the caller's operations).
     """
     wanted = set(names) if names is not None else None
-    registry = apps or global_apps
     by_name: dict[str, list[SequenceField]] = {}
-    for model in registry.get_models():
-        if model._meta.proxy or not router.allow_migrate_model(database, model):
+    tables = table_names(database)
+    for model in sequence_models(apps):
+        if not router.allow_migrate_model(database, model):
             continue
-        if not _has_table(database, model):
+        if not _has_table(database, model, tables):
             continue
         for field in sequence_fields(model):
             by_name.setdefault(field.sequence_name, []).append(field)
@@ -206,7 +213,9 @@ def sync(
         values = [column_max(field, database) for field in fields]
         present = [v for v in values if v is not None]
         top = max(present) if present else None
-        old, new = advance_past(sequence_alias, fields[0].sequence_config, top)
+        config = fields[0].sequence_config
+        make = create and not config.gapless and sequences.registry(sequence_alias).auto_create
+        old, new = advance_past(sequence_alias, config, top, create=make)
         labels = tuple(f"{f.model._meta.label}.{f.name}" for f in fields)
         results.append(SyncResult(name, labels, top, old, new))
     return results
@@ -252,10 +261,9 @@ def apply(
     created from the fields on first use.
     """
     wanted = set(names) if names is not None else None
-    registry = apps or global_apps
     by_name: dict[str, list[SequenceField]] = {}
-    for model in registry.get_models():
-        if model._meta.proxy or not router.allow_migrate_model(database, model):
+    for model in sequence_models(apps):
+        if not router.allow_migrate_model(database, model):
             continue
         for field in sequence_fields(model):
             by_name.setdefault(field.sequence_name, []).append(field)

@@ -19,7 +19,6 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from django.apps import apps as global_apps
 from django.db import router
 
 from autoseq import maintenance as core
@@ -71,14 +70,15 @@ def reset_sequences(using: str) -> list[str]:
     when no other process holds blocks of these sequences. Returns the names.
     """
     from autoseq_django import catchup, sequences
-    from autoseq_django.fields import sequence_fields
-    from autoseq_django.maintenance import _has_table, columns_of
+    from autoseq_django.fields import sequence_fields, sequence_models
+    from autoseq_django.maintenance import _has_table, columns_of, table_names
 
     by_name: dict[str, list[Any]] = {}
-    for model in global_apps.get_models():
-        if model._meta.proxy or not router.allow_migrate_model(using, model):
+    tables = table_names(using)
+    for model in sequence_models():
+        if not router.allow_migrate_model(using, model):
             continue
-        if not _has_table(using, model):
+        if not _has_table(using, model, tables):
             continue
         for field in sequence_fields(model):
             by_name.setdefault(field.sequence_name, []).append(field)

@@ -11,7 +11,7 @@ from django.test.utils import isolate_apps
 
 from autoseq_django import sequences
 from autoseq_django.fields import SequenceAutoField
-from django_tests.switch.models import Widget
+from django_tests.switch.models import Place, Post, Restaurant, Tag, Widget
 
 
 @pytest.mark.django_db
@@ -84,3 +84,80 @@ def test_switch_from_bigautofield_continues_past_rows(backend: str) -> None:
     assert first.pk == old_max + 1
     assert [w.pk for w in bulk] == list(range(old_max + 2, old_max + 7))
     assert Widget.objects.using(backend).count() == 37
+
+
+def test_child_for_an_existing_parent_keeps_the_parent_row(backend: str) -> None:
+    """Restaurant(place_ptr=place) updates the parent row, never inserts it again."""
+    place = Place.objects.using(backend).create(name="corner")
+    places = Place.objects.using(backend).count()
+    made = Restaurant.objects.using(backend).create(place_ptr=place, name="corner", serves="tea")
+    assert made.pk == place.pk
+    assert Place.objects.using(backend).count() == places
+    assert Restaurant.objects.using(backend).get(pk=place.pk).serves == "tea"
+    fresh = Restaurant.objects.using(backend).create(name="new", serves="soup")
+    assert fresh.pk > place.pk
+    assert Place.objects.using(backend).count() == places + 1
+
+
+def test_save_with_an_existing_key_updates_the_row(backend: str) -> None:
+    """Tag(id=<existing>).save() updates that row, as with BigAutoField; a new key inserts."""
+    tag = Tag.objects.using(backend).create(name="before")
+    Tag(id=tag.pk, name="after").save(using=backend)
+    assert Tag.objects.using(backend).get(pk=tag.pk).name == "after"
+    Tag(id=tag.pk + 10**6, name="far").save(using=backend)
+    assert Tag.objects.using(backend).filter(pk=tag.pk + 10**6).exists()
+
+
+def test_mixed_bulk_over_several_statements_saves_every_row(backend: str) -> None:
+    """60 rows, every other one with a key ahead of the sequence, 10 per INSERT: all saved."""
+    base = Tag.objects.using(backend).create(name="base").pk
+    ahead = {i: base + 1000 + 2 * i for i in range(0, 60, 2)}
+    objs = [Tag(id=ahead.get(i), name=f"mixed{i}") for i in range(60)]
+    made = Tag.objects.using(backend).bulk_create(objs, batch_size=10)
+    keys = [tag.pk for tag in made]
+    assert len(set(keys)) == 60
+    assert [keys[i] for i in ahead] == list(ahead.values())
+    assert Tag.objects.using(backend).filter(name__startswith="mixed").count() == 60
+    later = Tag.objects.using(backend).create(name="later")
+    assert later.pk > max(ahead.values())  # the given keys were caught up with
+
+
+def test_ignore_conflicts_leaves_skipped_objects_without_keys(backend: str) -> None:
+    """bulk_create(ignore_conflicts=True) of clashing rows stores nothing and keeps no key."""
+    Tag.objects.using(backend).bulk_create([Tag(name="one"), Tag(name="two")])
+    clashing = [Tag(name="one"), Tag(name="two")]
+    Tag.objects.using(backend).bulk_create(clashing, ignore_conflicts=True)
+    assert [tag.pk for tag in clashing] == [None, None]
+    assert Tag.objects.using(backend).filter(name__in=["one", "two"]).count() == 2
+
+
+@pytest.mark.autoseq_transaction
+def test_links_after_a_lost_row_start_past_existing_links(backend: str) -> None:
+    """The auto-created m2m table's sequence starts past its rows: every new link is saved."""
+    tags = Tag.objects.using(backend).bulk_create([Tag(name=f"t{i}") for i in range(9)])
+    for i in range(3):
+        Post.objects.using(backend).create(title=f"p{i}").tags.set(tags[i * 3 : i * 3 + 3])
+    through = Post.tags.through
+    store = sequences.store(sequences.sequence_database(backend))
+    store.delete(through._meta.db_table)  # as if the key had just switched to ours
+    sequences.reset()
+    post = Post.objects.using(backend).create(title="new")
+    post.tags.set(tags[:7])
+    assert through.objects.using(backend).count() == 9 + 7
+    assert post.tags.count() == 7
+
+
+@pytest.mark.autoseq_transaction
+def test_first_insert_after_migrate_costs_one_query(backend: str) -> None:
+    """After migrate, a new process's first bulk_create is its INSERT alone (no max() read)."""
+    from django.test.utils import CaptureQueriesContext
+
+    store = sequences.store(sequences.sequence_database(backend))
+    store.delete("switch_post")
+    sequences.reset()
+    call_command("migrate", database=backend, verbosity=0)
+    sequences.reset()  # a fresh worker process
+    with CaptureQueriesContext(connections[backend]) as queries:
+        Post.objects.using(backend).bulk_create([Post(title="a"), Post(title="b")])
+    statements = [q["sql"].split()[0].upper() for q in queries.captured_queries]
+    assert [s for s in statements if s not in ("BEGIN", "COMMIT")] == ["INSERT"]

@@ -99,14 +99,22 @@ def test_unsaved_key_cannot_be_used_for_an_update(backend: str) -> None:
         Invoice(amount=1).save(using=backend, force_update=True)
 
 
-def test_bulk_create_ignore_conflicts_still_sets_keys(backend: str) -> None:
-    """With ignore_conflicts (no RETURNING) the keys are still known, unlike AutoField."""
-    created = Invoice.objects.using(backend).bulk_create(
-        [Invoice(amount=i) for i in range(10)], ignore_conflicts=True
-    )
-    ids = [invoice.pk for invoice in created]
-    assert ids == list(range(ids[0], ids[0] + 10))
-    assert Invoice.objects.using(backend).filter(pk__in=ids).count() == 10
+def test_bulk_create_ignore_conflicts_leaves_keys_empty(backend: str) -> None:
+    """ignore_conflicts=True: rows are stored, but no object keeps a key, as with AutoField.
+
+    Nothing says which rows a conflict skipped, so a key kept on an object
+    could name a row that was never written.
+    """
+    objs = [Invoice(amount=i) for i in range(10)]
+    given = Invoice(id=Invoice.objects.using(backend).create(amount=-1).pk + 10**9, amount=99)
+    before = Invoice.objects.using(backend).count()
+    created = Invoice.objects.using(backend).bulk_create([*objs, given], ignore_conflicts=True)
+    assert [invoice.pk for invoice in created[:10]] == [None] * 10
+    assert created[10].pk == given.pk  # a key the caller chose stays, as with AutoField
+    assert Invoice.objects.using(backend).count() == before + 11
+    again = Invoice.objects.using(backend).bulk_create(objs, ignore_conflicts=True)
+    assert Invoice.objects.using(backend).count() == before + 21  # new keys: new rows
+    assert all(invoice.pk is None for invoice in again)
 
 
 def test_loaddata_keeps_fixture_keys(backend: str, tmp_path: Path) -> None:
