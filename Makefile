@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 
 .PHONY: example test lint bench bench-quick clean docs clean-install upstream-mongoengine \
-	upstream-django-sequences
+	upstream-django-sequences django-upstream
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,20 @@ upstream-django-sequences: $(VENV)/.installed
 		$(DJANGO_SEQUENCES_GIT) $(DJANGO_SEQUENCES_REPO)
 	AUTOSEQ_DJANGO_SEQUENCES_REPO=$(abspath $(DJANGO_SEQUENCES_REPO)) \
 		$(PY) -m pytest tests/test_django_sequences_upstream.py
+
+# Django's own test apps (from the installed release's sdist) with SequenceAutoField as
+# DEFAULT_AUTO_FIELD, then BigAutoField, on SQLite and PostgreSQL; fails when a test
+# fails only with ours. DJANGO_UPSTREAM_BACKENDS / DJANGO_UPSTREAM_APPS narrow it.
+DJANGO_UPSTREAM_BACKENDS ?= sqlite,postgres
+DJANGO_UPSTREAM_APPS ?= basic,bulk_create,model_forms,admin_views,fixtures,fixtures_regress,serializers,model_inheritance,delete,migrations
+django-upstream: $(VENV)/.installed
+	rm -rf $(UPSTREAM)/django && mkdir -p $(UPSTREAM)/django
+	$(PY) -m pip download -q --no-deps --no-binary :all: -d $(UPSTREAM) \
+		"django==$$($(PY) -c 'import django; print(django.__version__)')"
+	tar xzf $(UPSTREAM)/django-$$($(PY) -c 'import django; print(django.__version__)').tar.gz \
+		-C $(UPSTREAM)/django --strip-components 1
+	$(PY) .ci/django_upstream.py $(UPSTREAM)/django \
+		--backends $(DJANGO_UPSTREAM_BACKENDS) --apps $(DJANGO_UPSTREAM_APPS)
 
 bench: $(VENV)/.installed
 	$(PY) -m benchmarks

@@ -35,6 +35,16 @@ APPS = (
     "delete",
     "migrations",
 )
+#: Tests that fail only with our key by design, by backend, with the reason.
+EXPECTED = {
+    (
+        "sqlite",
+        "bulk_create.tests.BulkCreateTests.test_explicit_batch_size_respects_max_batch_size",
+    ): (
+        "every row carries its key, one more column than an AutoField INSERT, so SQLite's "
+        "999-variable limit gives batches of 249 rows where the test counts on 333"
+    ),
+}
 _ALWAYS = "ALWAYS_INSTALLED_APPS = [\n"
 _FAILED = re.compile(r"^(FAIL|ERROR|UNEXPECTED SUCCESS): (\S+) \(([^)]*)\)", re.M)
 _RAN = re.compile(r"^Ran (\d+) tests? in", re.M)
@@ -83,7 +93,7 @@ def run(script: Path, backend: str, auto_field: str, apps: list[str], log: Path)
         subprocess.run(command, cwd=script.parent, env=env, stdout=out, stderr=subprocess.STDOUT)
     text = log.read_text(errors="replace")
     ran = _RAN.search(text)
-    failed = {f"{m.group(3)} [{m.group(2)}]" for m in _FAILED.finditer(text)}
+    failed = {m.group(3) for m in _FAILED.finditer(text)}
     return Run(failed, int(ran.group(1)) if ran else None, time.monotonic() - started)
 
 
@@ -94,7 +104,7 @@ def app_of(test: str) -> str:
 
 def report(backend: str, apps: list[str], ours: Run, theirs: Run) -> list[str]:
     """Print the per-app counts of one backend; the tests failing only with our key."""
-    only = sorted(ours.failed - theirs.failed)
+    only = sorted(ours.failed - theirs.failed - {test for b, test in EXPECTED if b == backend})
     print(
         f"\n== {backend}: {ours.ran} tests with {OURS} ({ours.seconds:.0f} s), "
         f"{theirs.ran} with BigAutoField ({theirs.seconds:.0f} s)"
@@ -107,6 +117,9 @@ def report(backend: str, apps: list[str], ours: Run, theirs: Run) -> list[str]:
         print(f"{app:<20} {counts[0]:>8} {counts[1]:>8} {counts[2]:>13}")
     for test in only:
         print(f"  only with autoseq: {test}")
+    for (where, test), reason in EXPECTED.items():
+        if where == backend and test in ours.failed - theirs.failed:
+            print(f"  expected: {test}: {reason}")
     return only
 
 

@@ -14,8 +14,9 @@ from ``AutoField`` would otherwise meet the sequence later, as an
   it is two reads of the row and, when behind, one compare-and-set through
   :mod:`autoseq.maintenance`; values this process holds in memory up to
   the loaded key are skipped. A loaddata of 10,000 rows costs one catch-up.
-* After ``migrate``, a sequence whose field a migration added or altered
-  (the switch from ``BigAutoField``, say) moves past ``max()`` of its columns.
+* After ``migrate``, every sequence used in the database moves past
+  ``max()`` of its columns (the switch from ``BigAutoField``, say), auto-created
+  many-to-many tables and ``django_migrations`` included.
 
 Values that another process already holds in memory are its own; the
 first INSERT there that meets a loaded key fails once, with a message to

@@ -199,7 +199,7 @@ class SequenceField(_BigIntegerField):
         else:
             if catchup.pending():
                 catchup.flush(self.sequence_name)  # keys loaded meanwhile: move past them first
-            lock = sequences.lock(config, using)
+            lock = sequences.lock(config, using, self)
             values = [lock.next()] if count == 1 else lock.next_many(count)
         top = values[-1] if count == 1 else max(values)
         if top > self._known.get(using, _UNKNOWN):

@@ -225,11 +225,13 @@ def store(alias: str) -> SQLStore:
     return found  # type: ignore[return-value]
 
 
-def lock(config: SequenceConfig, write_alias: str) -> SequenceLock:
+def lock(config: SequenceConfig, write_alias: str, column: Any = None) -> SequenceLock:
     """The lock serving ``config`` for rows written to ``write_alias``.
 
-    With ``AUTO_CREATE`` a missing row is created from ``config``; without
-    it ``SequenceNotFound`` says how to create it.
+    With ``AUTO_CREATE`` a missing row is created from ``config`` (past
+    ``max()`` of the columns using it, ``column`` among them: the field
+    asking, whose model a migration may have built); without it
+    ``SequenceNotFound`` says how to create it.
     """
     key = (id(config), write_alias)
     hit = _found.get(key)
@@ -244,7 +246,9 @@ def lock(config: SequenceConfig, write_alias: str) -> SequenceLock:
     sequence_alias = sequence_database(write_alias)
     found = registry(sequence_alias)
     if found.auto_create:
-        served = found.register(config, floor=lambda: _columns_floor(config.name, sequence_alias))
+        served = found.register(
+            config, floor=lambda: _columns_floor(config.name, sequence_alias, column, write_alias)
+        )
     else:
         served = _get(found, config.name)
     if _routing_is_fixed():
@@ -275,11 +279,20 @@ def _get(found: SequenceRegistry, name: str) -> SequenceLock:
         ) from None
 
 
-def _columns_floor(name: str, sequence_alias: str) -> int | None:
-    """``max()`` of every column using ``name`` in the databases sharing its store."""
-    from autoseq_django.maintenance import columns_of
+def _columns_floor(
+    name: str, sequence_alias: str, column: Any = None, write_alias: str = ""
+) -> int | None:
+    """``max()`` of every column using ``name`` in the databases sharing its store.
+
+    ``column``: a field whose model no app registry lists (one a migration
+    built, say a renamed model's many-to-many table) counts too.
+    """
+    from autoseq_django.maintenance import column_max, columns_of, users
 
     values = [c.value for c in columns_of(name, sequence_alias) if c.value is not None]
+    if column is not None and column.model not in {field.model for field in users(name)}:
+        top = column_max(column, write_alias)
+        values += [] if top is None else [top]
     return max(values) if values else None
 
 
