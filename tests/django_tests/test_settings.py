@@ -39,6 +39,9 @@ def test_buffer_policy_reaches_the_registry() -> None:
 
 def test_missing_row_without_auto_create(backend: str) -> None:
     """AUTO_CREATE=False: a missing row raises SequenceNotFound saying how to create it."""
+    # migrate created every row of the test database: drop this one
+    sequences.store(sequences.sequence_database(backend)).delete("testapp_parcel")
+    sequences.reset()
     with override_settings(AUTOSEQ={"AUTO_CREATE": False}):
         with (
             pytest.raises(SequenceNotFound, match=r"manage\.py autoseq create testapp_parcel"),
