@@ -134,3 +134,22 @@ def test_switching_default_auto_field_keeps_every_row_and_link(
     assert doctor.returncode == 0, doctor.stdout + doctor.stderr
     for table in ("django_migrations", "shop_post_tags", "shop_tag", "shop_place"):
         assert table in doctor.stdout
+
+
+def test_doctor_and_sync_cover_django_and_link_tables(
+    database: dict[str, Any], tmp_path: Path
+) -> None:
+    """Keys written behind the ORM's back in django_migrations and a link table: doctor, sync."""
+    project = Project(tmp_path / "project", database)
+    project.ok(OURS, "manage.py", "makemigrations", "shop")
+    project.ok(OURS, "manage.py", "migrate")
+    project.ok(OURS, "steps.py", "before")
+    project.ok(OURS, "steps.py", "raw")
+    doctor = project.run(OURS, "manage.py", "autoseq", "doctor", "django_migrations")
+    assert doctor.returncode == 1, doctor.stdout + doctor.stderr
+    doctor = project.run(OURS, "manage.py", "autoseq", "doctor", "shop_post_tags")
+    assert doctor.returncode == 1, doctor.stdout + doctor.stderr
+    synced = project.ok(OURS, "manage.py", "autoseq", "sync")
+    assert "'django_migrations'" in synced
+    assert "'shop_post_tags'" in synced
+    project.ok(OURS, "manage.py", "autoseq", "doctor")

@@ -34,6 +34,23 @@ def after() -> None:
     Restaurant.objects.create(name="new restaurant", serves="tea")
 
 
+def raw() -> None:
+    """Rows far ahead written behind the ORM's back (a restored dump, another tool)."""
+    from django.db import connection
+    from django.utils import timezone
+
+    post, tag = Post.objects.get(title="old0"), Tag.objects.create(name="raw")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO django_migrations (id, app, name, applied) VALUES (%s, %s, %s, %s)",
+            [10**6, "shop", "9999_restored", timezone.now()],
+        )
+        cursor.execute(
+            "INSERT INTO shop_post_tags (id, post_id, tag_id) VALUES (%s, %s, %s)",
+            [10**6, post.pk, tag.pk],
+        )
+
+
 def counts() -> dict[str, int]:
     """Rows and links the database holds."""
     return {
@@ -49,5 +66,5 @@ def counts() -> dict[str, int]:
 
 
 if __name__ == "__main__":
-    {"before": before, "after": after}[sys.argv[1]]()
+    {"before": before, "after": after, "raw": raw}[sys.argv[1]]()
     print(json.dumps(counts()))
