@@ -31,10 +31,11 @@ import re
 import threading
 from typing import TYPE_CHECKING, Any
 
-from django.db import IntegrityError, connections, transaction
+from django.db import DatabaseError, IntegrityError, connections, transaction
 
 from autoseq import SequenceNotFound
 from autoseq import maintenance as core
+from autoseq.errors import AutoseqError
 from autoseq_django import _compat
 
 if TYPE_CHECKING:
@@ -200,7 +201,17 @@ def after_migrate(using: str, apps: Any = None, plan: Any = None, **kwargs: Any)
     install_when_testing()  # test databases are being set up
     if plan is None:
         return
-    sync(using, apps=apps, create=True)
+    try:
+        sync(using, apps=apps, create=True)
+    except (AutoseqError, DatabaseError) as exc:
+        # Not fatal to migrate: a row created on first use starts past max() too.
+        logger.warning(
+            "autoseq: could not move the sequences of database %r past their rows after "
+            "migrate (%s); run `manage.py autoseq sync --database %s` once it is reachable",
+            using,
+            exc,
+            using,
+        )
 
 
 def forget(alias: str) -> None:
