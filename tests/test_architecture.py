@@ -54,7 +54,6 @@ ALLOWED_PRIVATE: dict[tuple[str, str], str] = {
     ("autoseq._sqlalchemy_target", "autoseq.sqlalchemy._Installation"): "SQLAlchemy package step",
     ("autoseq.serial_sqlalchemy", "autoseq.sqlalchemy._column_default"): "SQLAlchemy package step",
     ("autoseq.serial_sqlalchemy", "autoseq.sqlalchemy._column_floor"): "SQLAlchemy package step",
-    ("autoseq_django.catchup", "autoseq_django.maintenance._has_table"): "Django step",
     ("autoseq_django.testing", "autoseq_django.maintenance._has_table"): "Django step",
     **{
         ("autoseq.stores.sql", f"autoseq.stores.sql.{name}"): (
