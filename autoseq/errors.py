@@ -167,9 +167,11 @@ class LeaseLost(AutoseqError):
         self.name = name
         self.worker = worker
         super().__init__(
-            f"snowflake {name!r} worker {worker}: {reason}; no id was issued, so none can "
-            "be duplicated. Generation resumes once the heartbeat holds a lease again; "
-            "check that the store is reachable"
+            f"snowflake {name!r} worker {worker}: {reason}; this call issued no id. "
+            "Generation resumes once the heartbeat holds a lease again; check that the "
+            "store is reachable. Ids issued before are unique only if the store kept every "
+            "lease write: a failover to a replica that had not received one can give the "
+            "worker id to another generator (make lease writes wait for replicas)"
         )
 
 

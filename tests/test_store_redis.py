@@ -186,7 +186,8 @@ def test_names_never_share_a_key(redis_store: RedisStore) -> None:
     for offset, name in enumerate(TRICKY_NAMES):
         assert redis_store.reserve(name, 1).first == 1000 * (offset + 1)
     assert [row.name for row in redis_store.read_all()] == sorted(TRICKY_NAMES)
-    assert all(key.startswith(f"{{{redis_store.prefix}}}:") for key in keys)
+    assert all(key.startswith(f"{{{redis_store.prefix}:") for key in keys)
+    assert all(key.endswith("}:seq") and key.count("}") == 1 for key in keys)
 
 
 def test_prefixes_keep_stores_apart(redis_store: RedisStore) -> None:

@@ -6,7 +6,8 @@
             set NAME VALUE [--force] | change NAME [--step S ...] |
             sync NAME (--table T --column C | --past VALUE)
 
-``URL`` is a SQLAlchemy URL, ``mongodb://host/db`` or ``redis://host/db``;
+``URL`` is a SQLAlchemy URL, ``mongodb://host/db``, ``redis://host/db`` or
+``redis+cluster://host:port[,host:port...]`` (a Redis Cluster);
 every write goes through :mod:`autoseq.maintenance` (a compare-and-set on
 the row's version).
 
@@ -157,8 +158,9 @@ SQL_SCHEMES = {
 }
 ACCEPTED_URLS = (
     "sqlite:///PATH, postgresql://, mysql://, mariadb:// (optionally +driver), "
-    "mongodb://, mongodb+srv://, redis://, rediss://"
+    "mongodb://, mongodb+srv://, redis://, rediss://, redis+cluster://, rediss+cluster://"
 )
+REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
 #: Seconds the command line waits for a server: a person is waiting.
 CONNECT_TIMEOUT = 3.0
 
@@ -169,7 +171,7 @@ def open_store(args: argparse.Namespace) -> SequenceStore:
     scheme = url.split("://", 1)[0].lower() if "://" in url else ""
     if scheme in ("mongodb", "mongodb+srv"):
         return _open_mongo(url, args.sequence_table)
-    if scheme in ("redis", "rediss", "unix"):
+    if scheme in REDIS_SCHEMES:
         try:
             from autoseq.stores.redis import RedisStore
         except ImportError:

@@ -454,3 +454,110 @@ class PgBouncer:
                 self.process.kill()
                 self.process.wait(timeout=10)
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+#: Ports a local Redis Cluster may use; each node's bus port is its port + 10000.
+CLUSTER_PORTS = range(17000, 18000)
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def cluster_ports(count: int) -> list[int]:
+    """``count`` ports in :data:`CLUSTER_PORTS` free now, with their bus ports free too."""
+    found: list[int] = []
+    start = CLUSTER_PORTS.start + os.getpid() % 500  # parallel runs start apart
+    for offset in range(len(CLUSTER_PORTS)):
+        port = CLUSTER_PORTS.start + (start - CLUSTER_PORTS.start + offset) % len(CLUSTER_PORTS)
+        if _port_free(port) and _port_free(port + 10000):
+            found.append(port)
+            if len(found) == count:
+                return found
+    raise RuntimeError(f"no {count} free ports (and bus ports) in {CLUSTER_PORTS}")
+
+
+def cluster_missing() -> str | None:
+    """Why a Redis Cluster cannot be built here, or None."""
+    if REDIS_SERVER is None:
+        return "redis-server not found on PATH"
+    if shutil.which("redis-cli") is None:
+        return "redis-cli not found on PATH (it creates the cluster)"
+    return None
+
+
+class LocalRedisCluster:
+    """A Redis Cluster of ``primaries`` primaries (and ``replicas`` each) on spare ports.
+
+    Built with ``redis-server --cluster-enabled yes`` and ``redis-cli --cluster
+    create``; ``close()`` stops every node and removes its files.
+    """
+
+    def __init__(self, primaries: int = 3, replicas: int = 0) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="autoseq-redis-cluster-"))
+        self.nodes: list[RedisServer] = []
+        try:
+            for port in cluster_ports(primaries * (1 + replicas)):
+                node_dir = self.root / str(port)
+                node_dir.mkdir()
+                cluster = ("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
+                timeout = ("--cluster-node-timeout", "2000")
+                self.nodes.append(RedisServer(node_dir, port, *cluster, *timeout))
+            addresses = [f"127.0.0.1:{node.port}" for node in self.nodes]
+            _run(
+                ["redis-cli", "--cluster", "create", *addresses]
+                + ["--cluster-replicas", str(replicas), "--cluster-yes"],
+                timeout=120,
+            )
+            self.wait_ok()
+        except BaseException:
+            self.close()
+            raise
+
+    def url(self) -> str:
+        """A ``redis+cluster://`` URL naming one node (the client finds the others)."""
+        return f"redis+cluster://127.0.0.1:{self.nodes[0].port}"
+
+    def client(self, **options: Any) -> Any:
+        """A ``redis.cluster.RedisCluster`` on this cluster."""
+        from redis.cluster import RedisCluster
+
+        return RedisCluster(host="127.0.0.1", port=self.nodes[0].port, **options)
+
+    def wait_ok(self, timeout: float = 60.0) -> None:
+        """Wait until every live node says ``cluster_state:ok``."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            states = [
+                node.client.cluster("info")["cluster_state"]
+                for node in self.nodes
+                if node.process.poll() is None
+            ]
+            if all(state == "ok" for state in states):
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"the cluster did not reach cluster_state:ok within {timeout}s")
+
+    def primary_ports(self) -> list[int]:
+        """The ports of the nodes that are primaries now."""
+        return [
+            node.port
+            for node in self.nodes
+            if node.process.poll() is None and node.client.info("replication")["role"] == "master"
+        ]
+
+    def node(self, port: int) -> RedisServer:
+        """The node listening on ``port``."""
+        return next(node for node in self.nodes if node.port == port)
+
+    def close(self) -> None:
+        """Stop every node and remove their files."""
+        for node in self.nodes:
+            with contextlib.suppress(Exception):
+                node.kill()
+        shutil.rmtree(self.root, ignore_errors=True)

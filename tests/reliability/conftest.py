@@ -305,15 +305,15 @@ class RedisTarget:
     def _key(self, name: str) -> str:
         from urllib.parse import quote
 
-        return f"{{{self.prefix}}}:seq:{quote(name, safe='')}"
+        return f"{{{self.prefix}:{quote(name, safe='')}}}:seq"
 
     def tables(self) -> set[str]:
-        """Every key under this target's prefix."""
-        return {key.decode() for key in self.raw.scan_iter(match=f"{{{self.prefix}}}:*")}
+        """Every key under this target's prefix (the index, and each name's own keys)."""
+        return {key.decode() for key in self.raw.scan_iter(match=f"{{{self.prefix}[:}}]*")}
 
     def rows(self) -> list[dict[str, Any]]:
         rows = []
-        for key in sorted(self.raw.scan_iter(match=f"{{{self.prefix}}}:seq:*")):
+        for key in sorted(self.raw.scan_iter(match=f"{{{self.prefix}:*}}:seq")):
             raw = {k.decode(): v.decode() for k, v in self.raw.hgetall(key).items()}
             row: dict[str, Any] = {"name": raw.pop("name")}
             for field, value in raw.items():
@@ -353,7 +353,7 @@ class RedisTarget:
     def cleanup(self) -> None:
         for store in self._stores:
             store.close()
-        keys = list(self.raw.scan_iter(match=f"{{{self.prefix}}}:*"))
+        keys = list(self.raw.scan_iter(match=f"{{{self.prefix}[:}}]*"))
         if keys:
             self.raw.delete(*keys)
         self.raw.close()

@@ -2,15 +2,26 @@
 
 Layout, for a store with prefix ``P`` (default ``sys_sequence``)::
 
-    {P}:seq:<name>   a hash with the row's fields (name, start, end, step,
-                     current, batch, batch_count, cycle, updated_at)
-    {P}:names        a sorted set of every name (score 0), for read_all()
+    {P:<name>}:seq     a hash with the row's fields (name, start, end, step,
+                       current, batch, batch_count, cycle, updated_at, version)
+    {P:<name>}:worker  a snowflake layout's worker leases (autoseq.workers.redis)
+    {P}:names          a sorted set of every name (score 0), for read_all()
 
 ``<name>`` is percent-encoded (``urllib.parse.quote`` with nothing safe but
 letters, digits and ``_.-~``), so a name holding ``:``, ``*``, ``{`` or a
 space can neither reach another sequence's key nor the index, and glob
-patterns over the keys stay literal. The ``{P}`` hash tag puts every key of a
-store in one cluster slot, so the create script may touch two keys.
+patterns over the keys stay literal. Each sequence has its own hash tag
+``{P:<name>}``: on a Redis Cluster (``redis.cluster.RedisCluster`` or a
+``redis+cluster://`` URL) sequences spread over the hash slots, so over the
+shards, and every script touches one key. The index is written apart from
+the row (before it on create, after it on delete): a name in the index
+whose row is missing is skipped.
+
+Stores of autoseq 0.1.0 kept every key under one tag (``{P}:seq:<name>``,
+``{P}:worker:<name>``). A row or lease hash found under that old name is
+still used where it is (on a single server; a cluster never had them), so
+processes of both versions can run side by side; :meth:`RedisStore.migrate_keys`
+moves them to their own slots once every process runs this version.
 
 A reservation is one ``EVALSHA``. Redis's Lua (5.1) computes in doubles,
 exact only below 2**53, while a row holds 64-bit values; so the script only
@@ -44,10 +55,12 @@ from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 import redis
 from redis.backoff import NoBackoff
+from redis.cluster import ClusterNode, RedisCluster
+from redis.exceptions import RedisClusterException
 from redis.retry import Retry
 
 from autoseq.config import SequenceConfig, utc_now, validate_name
@@ -77,7 +90,11 @@ _FLAGS = {b"1": True, b"0": False}
 _SPAN_CAP = 2**64
 _MAX_REPLANS = 10
 
-_REDIS_ERRORS = (redis.RedisError,)
+# A cluster client raises RedisClusterException (not a RedisError) when no node answers.
+_REDIS_ERRORS = (redis.RedisError, RedisClusterException)
+_CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
+#: The key kinds a store keeps per name.
+KINDS = ("seq", "worker")
 
 # Integers travel as decimal strings and are held as {hi, lo}, value =
 # hi * 1e9 + lo with 0 <= lo < 1e9: both halves stay far below 2**53, so
@@ -179,7 +196,8 @@ return {'ok', str(first), str(stop), new_current, cycled, tostring(version)}
 """
 )
 
-# KEYS[1] the row, KEYS[2] the index. ARGV: name, then field/value pairs.
+# KEYS[1] the row (the index is written before, apart: it lives in another
+# slot). ARGV: name, then field/value pairs.
 _CREATE = """
 local created = 0
 if redis.call('EXISTS', KEYS[1]) == 0 then
@@ -187,7 +205,6 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
   redis.call('HSET', KEYS[1], 'version', '0')
   created = 1
 end
-redis.call('ZADD', KEYS[2], 0, ARGV[1])
 return {created, redis.call('HGETALL', KEYS[1])}
 """
 
@@ -195,7 +212,6 @@ _UPDATE = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return false end
 redis.call('HSET', KEYS[1], 'name', unpack(ARGV))
 redis.call('HINCRBY', KEYS[1], 'version', 1)
-redis.call('ZADD', KEYS[2], 0, ARGV[1])
 return redis.call('HGETALL', KEYS[1])
 """
 
@@ -234,28 +250,31 @@ def validate_prefix(prefix: object) -> str:
 class RedisStore:
     """A :class:`~autoseq.stores.SequenceStore` keeping rows in Redis hashes.
 
-    ``client_or_url`` is a ``redis.Redis`` or a ``redis://`` URL; from a URL
-    the store makes its own client with ``socket_timeout`` and
-    ``socket_connect_timeout`` (seconds) and one retry, so an outage fails
-    fast. ``prefix`` keeps several stores apart on one server. ``floor``,
-    when given, is asked for the lowest value a row about to be *created*
-    may start at (say ``max(id) + 1`` of the table the sequence numbers, or
-    None): a row recreated after Redis lost its data then starts above the
-    values already used instead of at ``start``.
+    ``client_or_url`` is a ``redis.Redis``, a ``redis.cluster.RedisCluster``,
+    a ``redis://`` URL or a ``redis+cluster://host:port[,host:port...]`` URL
+    (``rediss+cluster://`` with TLS); from a URL the store makes its own
+    client with ``socket_timeout`` and ``socket_connect_timeout`` (seconds)
+    and one retry, so an outage fails fast. ``prefix`` keeps several stores
+    apart on one server. ``floor``, when given, is asked for the lowest value
+    a row about to be *created* may start at (say ``max(id) + 1`` of the
+    table the sequence numbers, or None): a row recreated after Redis lost
+    its data then starts above the values already used instead of at
+    ``start``.
 
-    ``replicas``: how many replicas must have each reservation before it is
-    handed out (``WAIT replicas replica_timeout`` after it); a block not
-    acknowledged within ``replica_timeout`` seconds is skipped and
-    ``StoreUnavailable`` raised, since a failover to a replica without it
-    would hand its values out again. ``None`` (the default) waits for as
-    many replicas as the current primary has been seen to have connected
-    (``INFO replication``), so a replicated Redis is covered without
-    configuration and a lone one costs nothing; ``0`` never waits.
+    ``replicas``: how many replicas must have each reservation (and each
+    worker-lease write) before it is used (``WAIT replicas replica_timeout``
+    after it, on the primary that wrote it); a block not acknowledged within
+    ``replica_timeout`` seconds is skipped and ``StoreUnavailable`` raised,
+    since a failover to a replica without it would hand its values out
+    again. ``None`` (the default) waits for as many replicas as that primary
+    has been seen to have connected (``INFO replication``), so a replicated
+    Redis is covered without configuration and a lone one costs nothing;
+    ``0`` never waits. On a cluster this holds per shard.
     """
 
     def __init__(
         self,
-        client_or_url: redis.Redis | str,
+        client_or_url: redis.Redis | RedisCluster | str,
         prefix: str = "sys_sequence",
         *,
         floor: Callable[[str], int | None] | None = None,
@@ -267,29 +286,27 @@ class RedisStore:
         self.prefix = validate_prefix(prefix)
         self.replication = Replication(replicas, replica_timeout)
         self.floor = floor
+        self._timeouts = {
+            "socket_timeout": socket_timeout,
+            "socket_connect_timeout": socket_connect_timeout,
+        }
+        self._url: str | None = None
+        #: True on a Redis Cluster: each sequence's keys in their own slot, no legacy names.
+        self.cluster = isinstance(client_or_url, RedisCluster)
         if isinstance(client_or_url, str):
-            try:
-                client = redis.Redis.from_url(
-                    client_or_url,
-                    socket_timeout=socket_timeout,
-                    socket_connect_timeout=socket_connect_timeout,
-                    retry=Retry(NoBackoff(), 1),
-                )
-            except ValueError as exc:
-                raise InvalidSequenceConfig(
-                    f"cannot use Redis URL {client_or_url!r}: {exc}; "
-                    "write it as redis://host:port/db"
-                ) from None
+            self._url = client_or_url
+            self.cluster = client_or_url.partition("://")[0].lower() in _CLUSTER_SCHEMES
+            client = self._connect(client_or_url)
             self._owns_client = True
-        elif isinstance(client_or_url, redis.Redis):
+        elif isinstance(client_or_url, (redis.Redis, RedisCluster)):
             client = client_or_url
             self._owns_client = False
         else:
             raise InvalidSequenceConfig(
-                f"RedisStore needs a redis.Redis client or a redis:// URL, "
-                f"got {type(client_or_url).__name__}"
+                "RedisStore needs a redis.Redis or redis.cluster.RedisCluster client, or a "
+                f"redis:// or redis+cluster:// URL, got {type(client_or_url).__name__}"
             )
-        self.client: redis.Redis = client
+        self.client: Any = client
         self.index_key = f"{{{self.prefix}}}:names"
         self.reservations = 0
         self._reserve = client.register_script(_RESERVE)
@@ -300,33 +317,130 @@ class RedisStore:
         # Per name: the row's settings and the raw stored bytes they were
         # parsed from, which the reserve script compares.
         self._plans: dict[str, tuple[SequenceConfig, list[bytes]]] = {}
+        self._keys: dict[tuple[str, str], str] = {}
         self._seen: dict[str, int] = {}
         self._seen_lock = threading.Lock()
         self._warned_volatile = False
         reset_after_fork(self)
 
+    def _connect(self, url: str) -> redis.Redis | RedisCluster:
+        """A client for ``url``: ``redis+cluster://`` makes a cluster client."""
+        scheme, _, rest = url.partition("://")
+        base = _CLUSTER_SCHEMES.get(scheme.lower())
+        options: dict[str, Any] = {**self._timeouts, "retry": Retry(NoBackoff(), 1)}
+        try:
+            if base is None:
+                return redis.Redis.from_url(url, **options)
+            return self._connect_cluster(f"{base}://{rest}", options)
+        except ValueError as exc:
+            raise InvalidSequenceConfig(
+                f"cannot use Redis URL {url!r}: {exc}; write it as redis://host:port/db "
+                "or redis+cluster://host:port[,host:port...]"
+            ) from None
+
+    def _connect_cluster(self, url: str, options: dict[str, Any]) -> RedisCluster:
+        """A cluster client from ``url``, whose host part may list several nodes."""
+        scheme, _, rest = url.partition("://")
+        netloc, slash, tail = rest.partition("/")
+        auth, at, hosts = netloc.rpartition("@")
+        first, *others = hosts.split(",")
+        startup = [ClusterNode(*_host_port(other)) for other in others]  # type: ignore[no-untyped-call]
+        with self._errors("connect", "reaching the Redis Cluster"):
+            return RedisCluster.from_url(
+                f"{scheme}://{auth}{at}{first}{slash}{tail}",
+                startup_nodes=startup or None,
+                **options,
+            )
+
     # keys and errors --------------------------------------------------------
 
-    def key(self, name: str) -> str:
-        """The Redis key of sequence ``name``'s hash."""
-        validate_name(name)
-        try:
-            encoded = quote(name, safe="")
-        except UnicodeEncodeError:
-            raise InvalidSequenceConfig(
-                f"sequence name {name!r} is not valid Unicode text; use printable text"
-            ) from None
-        return f"{{{self.prefix}}}:seq:{encoded}"
+    def key(self, name: str, kind: str = "seq") -> str:
+        """The Redis key of sequence ``name``'s hash (``kind="worker"``: its worker leases).
+
+        Every key of one name carries the hash tag ``{prefix:name}``, so it
+        has a cluster slot of its own.
+        """
+        return f"{{{self.prefix}:{_encoded(name)}}}:{kind}"
+
+    def legacy_key(self, name: str, kind: str = "seq") -> str:
+        """Where autoseq 0.1.0 kept that key: every name under one hash tag ``{prefix}``."""
+        return f"{{{self.prefix}}}:{kind}:{_encoded(name)}"
+
+    def resolve_key(self, name: str, kind: str = "seq") -> str:
+        """The key this store uses for ``name``: the legacy one while data is kept there.
+
+        On a single server a hash under :meth:`legacy_key` (and none under
+        :meth:`key`) is used where it is, so older processes sharing it keep
+        working; asked once per name and process, and again when the legacy
+        hash is gone (:meth:`migrate_keys`). Call inside an error translation.
+        """
+        cached = self._keys.get((name, kind))
+        if cached is not None:
+            return cached
+        key = self.key(name, kind)
+        if not self.cluster:
+            legacy = self.legacy_key(name, kind)
+            pipe = self.client.pipeline(transaction=False)
+            pipe.exists(key)
+            pipe.exists(legacy)
+            has_key, has_legacy = pipe.execute()
+            if has_legacy and not has_key:
+                key = legacy
+        self._keys[(name, kind)] = key
+        return key
+
+    def moved_from_legacy(self, name: str, kind: str, key: str) -> bool:
+        """Whether ``key`` was a legacy key that has since gone: True means look again."""
+        if key == self.key(name, kind):
+            return False
+        self._keys.pop((name, kind), None)
+        return True
+
+    def migrate_keys(self) -> int:
+        """Move every hash of this prefix from its legacy key to its own slot; how many moved.
+
+        Run it once every process sharing the store runs this version (an
+        older one would no longer find the rows it keeps). Each move is one
+        ``RENAMENX``, atomic: a process of this version finds the row under
+        one name or the other at any moment. A name kept under both is left
+        alone and logged.
+        """
+        if self.cluster:
+            return 0
+        moved = 0
+        with self._errors("migrate", "moving keys to their own hash slots"):
+            for kind in KINDS:
+                pattern = f"{{{self.prefix}}}:{kind}:*"
+                for raw in list(self.client.scan_iter(match=pattern, count=500)):
+                    legacy = _bytes(raw).decode()
+                    name = unquote(legacy.split(f":{kind}:", 1)[1])
+                    if self.client.renamenx(legacy, self.key(name, kind)):
+                        moved += 1
+                        self._keys.pop((name, kind), None)
+                    else:
+                        log.warning(
+                            "Redis keys %s and %s both exist; left as they are",
+                            legacy,
+                            self.key(name, kind),
+                        )
+        return moved
 
     def _target(self) -> str:
+        if self.cluster:
+            if self._url is not None:  # the nodes it names, never a password
+                scheme, _, rest = self._url.partition("://")
+                return f"{scheme}://{rest.partition('/')[0].rpartition('@')[2]}"
+            nodes = self.client.nodes_manager.startup_nodes
+            return "redis+cluster://" + ",".join(sorted(nodes))
         kwargs = self.client.connection_pool.connection_kwargs
         if "path" in kwargs:
             return f"unix://{kwargs['path']}?db={kwargs.get('db', 0)}"
         return f"redis://{kwargs.get('host', '?')}:{kwargs.get('port', '?')}/{kwargs.get('db', 0)}"
 
-    def _translate(
+    def translate(
         self, exc: BaseException, operation: str, what: str, name: str | None
     ) -> StoreUnavailable:
+        """``exc``, a Redis error, as ``StoreUnavailable`` saying ``what`` failed and where."""
         where = f"on {self._target()}"
         return unavailable(exc, operation=operation, what=what, where=where, name=name)
 
@@ -334,7 +448,7 @@ class RedisStore:
         self, operation: str, what: str, name: str | None = None
     ) -> AbstractContextManager[None]:
         """Turn a Redis error raised inside into ``StoreUnavailable`` saying ``what`` failed."""
-        return translating(_REDIS_ERRORS, self._translate, operation, what, name)
+        return translating(_REDIS_ERRORS, self.translate, operation, what, name)
 
     def _note_seen(self, row: SequenceConfig) -> None:
         with self._seen_lock:
@@ -343,16 +457,28 @@ class RedisStore:
 
     # rows -------------------------------------------------------------------
 
+    def _hash(self, name: str) -> dict[bytes, bytes]:
+        """``name``'s row as stored (empty when there is none); inside an error translation."""
+        key = self.resolve_key(name)
+        raw = _pairs(self.client.hgetall(key))
+        if not raw and self.moved_from_legacy(name, "seq", key):
+            raw = _pairs(self.client.hgetall(self.resolve_key(name)))
+        return raw
+
     def create(self, config: SequenceConfig) -> SequenceConfig:
-        key = self.key(config.name)
+        self.key(config.name)  # a bad name is refused before anything is sent
         with self._errors("create", f"creating sequence {config.name!r}", config.name):
             if self.floor is not None:
-                existing = _pairs(self.client.hgetall(key))
+                existing = self._hash(config.name)
                 if existing:
                     return self._decode(config.name, existing)
             opening = self._opening(config)
+            # the index first: a name listed without its row is skipped, never the reverse
+            self.client.zadd(self.index_key, {config.name: 0})
             created, raw = self._create(
-                keys=[key, self.index_key], args=_row_args(opening), client=self.client
+                keys=[self.resolve_key(config.name)],
+                args=_row_args(opening),
+                client=self.client,
             )
         if created:
             if opening.next_value != config.next_value:
@@ -379,9 +505,9 @@ class RedisStore:
         return config.with_current(current)
 
     def read(self, name: str) -> SequenceConfig | None:
-        key = self.key(name)
+        self.key(name)
         with self._errors("read", f"reading sequence {name!r}", name):
-            raw = _pairs(self.client.hgetall(key))
+            raw = self._hash(name)
         return self._decode(name, raw) if raw else None
 
     def read_raw(self, name: str) -> dict[str, Any] | None:
@@ -390,9 +516,9 @@ class RedisStore:
         Integers and the flags ``1``/``0`` are converted; anything else stays
         the string Redis holds, for the repair to refuse.
         """
-        key = self.key(name)
+        self.key(name)
         with self._errors("read", f"reading sequence {name!r}", name):
-            raw = _pairs(self.client.hgetall(key))
+            raw = self._hash(name)
         if not raw:
             return None
         values: dict[str, Any] = {}
@@ -407,12 +533,19 @@ class RedisStore:
         values["name"] = name
         return values
 
+    def names(self) -> list[str]:
+        """Every name in the index, sorted (a name whose row is gone included)."""
+        with self._errors("read", "reading sequence names"):
+            raw = self.client.zrange(self.index_key, 0, -1)
+        return sorted(_bytes(name).decode() for name in raw)
+
     def read_all(self) -> list[SequenceConfig]:
+        names = self.names()
         with self._errors("read", "reading sequences"):
-            names = [_bytes(raw).decode() for raw in self.client.zrange(self.index_key, 0, -1)]
+            keys = [self.resolve_key(name) for name in names]
             pipe = self.client.pipeline(transaction=False)
-            for name in names:
-                pipe.hgetall(self.key(name))
+            for key in keys:
+                pipe.hgetall(key)
             rows = pipe.execute()
         # A name whose hash is gone (deleted by hand) is skipped, not an error.
         found = [
@@ -421,24 +554,27 @@ class RedisStore:
         return sorted(found, key=lambda row: row.name)
 
     def update(self, config: SequenceConfig) -> SequenceConfig:
-        key = self.key(config.name)
+        self.key(config.name)
         with self._errors("update", f"updating sequence {config.name!r}", config.name):
-            raw = self._update(
-                keys=[key, self.index_key], args=_row_args(config), client=self.client
-            )
+            self.client.zadd(self.index_key, {config.name: 0})
+            key = self.resolve_key(config.name)
+            raw = self._update(keys=[key], args=_row_args(config), client=self.client)
+            if raw is None and self.moved_from_legacy(config.name, "seq", key):
+                key = self.resolve_key(config.name)
+                raw = self._update(keys=[key], args=_row_args(config), client=self.client)
         if raw is None:
             raise SequenceNotFound(config.name)
         return self._decode(config.name, _pairs(raw))
 
     def delete(self, name: str) -> bool:
         """Remove a row and its index entry; True if the row existed."""
-        key = self.key(name)
+        self.key(name)
         with self._errors("delete", f"deleting sequence {name!r}", name):
-            pipe = self.client.pipeline(transaction=True)
-            pipe.delete(key)
-            pipe.zrem(self.index_key, name)
-            deleted, _ = pipe.execute()
+            # the row first: a name listed without its row is skipped, never the reverse
+            deleted = self.client.delete(self.key(name), self.legacy_key(name))
+            self.client.zrem(self.index_key, name)
         self._plans.pop(name, None)
+        self._keys.pop((name, "seq"), None)
         with self._seen_lock:
             self._seen.pop(name, None)
         return bool(deleted)
@@ -446,10 +582,16 @@ class RedisStore:
     def drop_all(self) -> int:
         """Delete every row of this store's prefix (tests, maintenance); returns how many."""
         with self._errors("drop", "deleting every sequence"):
-            keys = list(self.client.scan_iter(match=f"{{{self.prefix}}}:*", count=500))
-            if keys:
-                self.client.delete(*keys)
+            keys: list[Any] = []
+            # {P}:* is the index and the legacy keys, {P:* the keys of this version
+            for pattern in (f"{{{self.prefix}}}:*", f"{{{self.prefix}:*"):
+                keys += self.client.scan_iter(match=pattern, count=500)
+            pipe = self.client.pipeline(transaction=False)
+            for key in keys:  # one by one: on a cluster they live in many slots
+                pipe.delete(key)
+            pipe.execute()
         self._plans.clear()
+        self._keys.clear()
         with self._seen_lock:
             self._seen.clear()
         return sum(1 for key in keys if _bytes(key) != self.index_key.encode())
@@ -457,7 +599,7 @@ class RedisStore:
     # reservation -------------------------------------------------------------
 
     def reserve(self, name: str, count: int) -> Block:
-        key = self.key(name)
+        self.key(name)
         check_count(count)
         plan = self._plans.get(name)
         for _ in range(_MAX_REPLANS):
@@ -474,7 +616,8 @@ class RedisStore:
             else:  # nothing known yet: the script hands the row back
                 args += [0, 0, "0", utc_now().isoformat()]
             with self._errors("reserve", f"reserving from sequence {name!r}", name):
-                reply, acknowledged, wanted = self._reserve_replicated(key, args)
+                key = self.resolve_key(name)
+                reply, acknowledged, wanted = self.write_script(self._reserve, key, args, name)
             status = _bytes(reply[0])
             if status == b"ok":
                 raw = dict(zip(_PLAN_FIELDS, raw_settings, strict=True))
@@ -485,7 +628,7 @@ class RedisStore:
                 self.reservations += 1
                 first, last = int(_bytes(reply[1])), int(_bytes(reply[2]))
                 self.replication.check(name, first, last, acknowledged, wanted)
-                failover = self.replication.failed_over()
+                failover = self.replication.failed_over(name)
                 return Block(name, first, last, row.step, row, bool(reply[4]), failover)
             if status == b"stale":
                 plan = self._plan(name, _pairs(reply[1]))
@@ -494,6 +637,8 @@ class RedisStore:
                 assert config is not None
                 raise SequenceExhausted(name, int(_bytes(reply[1])), config.end)
             if status == b"missing":
+                if self.moved_from_legacy(name, "seq", key):
+                    continue  # migrate_keys() moved it: look for it under its new name
                 self._plans.pop(name, None)
                 raise self._missing(name)
             # invalid: decoding says what is wrong with the stored row
@@ -507,38 +652,75 @@ class RedisStore:
             name=name,
         )
 
-    def _reserve_replicated(self, key: str, args: list[bytes | str | int]) -> tuple[Any, int, int]:
-        """The reserve script's reply, how many replicas acknowledged it, and how many it wanted.
+    def write_script(
+        self, script: Any, key: str, args: list[Any], name: str | None = None
+    ) -> tuple[Any, int, int]:
+        """Run ``script`` on ``key`` and ``WAIT`` for the replicas: (reply, acknowledged, wanted).
 
-        One pipeline, so ``WAIT`` runs on the connection that wrote, and
-        ``INFO replication`` says which primary answered and its replicas.
+        One pipeline on the primary holding ``key``, so ``WAIT`` runs on the
+        connection that wrote, and ``INFO replication`` says which primary
+        answered (a new one for ``name``: a failover) and its replicas. On a
+        cluster a moved slot or a lost node refreshes the slot map and sends
+        again (a reply lost with the node costs a block, never repeats one).
+        The caller translates errors and decides what too few
+        acknowledgements mean.
         """
         replication = self.replication
-        if not replication.known:
-            replication.note(self._replication_info())
-        wanted = replication.wanted()
-        for _ in range(2):
-            pipe = self.client.pipeline(transaction=False)
-            pipe.evalsha(self._reserve.sha, 1, key, *args)
+        for attempt in range(3):
+            node, client = self._node(key)
+            if not replication.knows(node):
+                replication.note(node, self._replication_info(client))
+            wanted = replication.wanted(node)
+            pipe = client.pipeline(transaction=False)
+            pipe.evalsha(script.sha, 1, key, *args)
             if wanted:
                 pipe.wait(wanted, max(1, int(replication.timeout * 1000)))
             pipe.info("replication")
-            results = pipe.execute(raise_on_error=False)
-            if not isinstance(results[0], redis.exceptions.NoScriptError):
+            try:
+                results = pipe.execute(raise_on_error=False)
+            except (redis.ConnectionError, redis.TimeoutError):
+                if not self.cluster or attempt == 2:
+                    raise
+                self._refresh()
+                continue
+            if isinstance(results[0], redis.exceptions.NoScriptError):
+                client.script_load(script.script)  # a new or restarted server: load, send again
+            elif self.cluster and isinstance(results[0], redis.exceptions.AskError):
+                self._refresh()  # MOVED (or ASK): the slot lives elsewhere now
+            else:
                 break
-            self.client.script_load(_RESERVE)  # a new or restarted server: load, send again
         for result in results[:-1]:
             if isinstance(result, Exception):
                 raise result
         if not isinstance(results[-1], Exception):
-            replication.note(results[-1])
+            replication.note(node, results[-1], name)
         return results[0], int(results[1]) if wanted else 0, wanted
 
-    def _replication_info(self) -> Mapping[str, Any]:
+    def _node(self, key: str) -> tuple[str, Any]:
+        """The primary holding ``key`` (its address; '' on one server) and a client on it."""
+        if not self.cluster:
+            return "", self.client
+        node = self.client.get_node_from_key(key)
+        return str(node.name), self.client.get_redis_connection(node)
+
+    def _primaries(self) -> list[tuple[str, Any]]:
+        """Every primary (address, client): the one server, or each shard's primary."""
+        if not self.cluster:
+            return [("", self.client)]
+        nodes = sorted(self.client.get_primaries(), key=lambda node: node.name)
+        return [(str(node.name), self.client.get_redis_connection(node)) for node in nodes]
+
+    def _refresh(self) -> None:
+        """Read the cluster's slot map again (after MOVED or a node lost)."""
+        self.client.nodes_manager.initialize()
+
+    @staticmethod
+    def _replication_info(client: Any) -> Mapping[str, Any]:
         try:
-            return self.client.info("replication")
+            info: Mapping[str, Any] = client.info("replication")
         except redis.ResponseError:  # INFO refused (an ACL): nothing known, nothing waited for
             return {}
+        return info
 
     def _missing(self, name: str) -> SequenceNotFound:
         seen = self._seen.get(name)
@@ -558,10 +740,10 @@ class RedisStore:
         return plan
 
     def release(self, block: Block) -> bool:
-        key = self.key(block.name)
+        self.key(block.name)
         with self._errors("release", f"releasing a block of {block.name!r}", block.name):
             released = self._release(
-                keys=[key],
+                keys=[self.resolve_key(block.name)],
                 args=[
                     block.version,
                     block.last + block.step,
@@ -574,12 +756,14 @@ class RedisStore:
         return bool(released)
 
     def compare_and_set(self, row: SequenceConfig, version: int) -> SequenceConfig | None:
-        key = self.key(row.name)
-        fields = _row_args(row)[1:]  # the name is the key's, never rewritten
+        self.key(row.name)
+        args = [version, version + 1, *_row_args(row)[1:]]  # the name is the key's
         with self._errors("compare_and_set", f"writing sequence {row.name!r}", row.name):
-            reply = self._compare_and_set(
-                keys=[key], args=[version, version + 1, *fields], client=self.client
-            )
+            key = self.resolve_key(row.name)
+            reply = self._compare_and_set(keys=[key], args=args, client=self.client)
+            if _bytes(reply[0]) == b"missing" and self.moved_from_legacy(row.name, "seq", key):
+                key = self.resolve_key(row.name)
+                reply = self._compare_and_set(keys=[key], args=args, client=self.client)
         status = _bytes(reply[0])
         if status == b"missing":
             raise SequenceNotFound(row.name)
@@ -626,21 +810,35 @@ class RedisStore:
 
         ``appendonly`` and ``appendfsync`` (a restart keeps every acknowledged
         reservation only with ``yes`` and ``always``) and ``maxmemory-policy``
-        (an ``allkeys-*`` policy may evict a row, which then starts over).
+        (an ``allkeys-*`` policy may evict a row, which then starts over). On
+        a cluster, the least safe value any primary has.
         """
         settings: dict[str, str] = {}
         try:
-            for pattern in ("append*", "maxmemory-policy"):
-                for key, value in self.client.config_get(pattern).items():
-                    settings[_bytes(key).decode()] = _bytes(value).decode()
+            for _, client in self._primaries():
+                for pattern in ("append*", "maxmemory-policy"):
+                    for key, value in client.config_get(pattern).items():
+                        name, text = _bytes(key).decode(), _bytes(value).decode()
+                        if name not in settings or not _safe(name, text):
+                            settings[name] = text  # the first, or one that loses rows
         except _REDIS_ERRORS:
             return {}
         return settings
 
     def replication_findings(self) -> list[tuple[str, str]]:
-        """(level, message) pairs for ``doctor``: could a failover repeat values?"""
+        """(level, message) pairs for ``doctor``: could a failover repeat values?
+
+        On a cluster, one finding per shard, named by its primary.
+        """
+        findings: list[tuple[str, str]] = []
         with self._errors("doctor", "reading INFO replication"):
-            info = self._replication_info()
+            for node, client in self._primaries():
+                where = f"primary {node}: " if self.cluster else ""
+                info = self._replication_info(client)
+                findings += [(level, where + text) for level, text in self._findings(info)]
+        return findings
+
+    def _findings(self, info: Mapping[str, Any]) -> list[tuple[str, str]]:
         if not info:
             return [("warning", "INFO replication was refused: replicas cannot be checked")]
         if info.get("role") != "master":
@@ -722,30 +920,58 @@ class RedisStore:
         return f"{self._target()} prefix {self.prefix}"
 
     def after_fork(self) -> None:
-        # The parent's sockets stay the parent's: a fresh pool with the same
-        # settings, and a client of our own on it (a caller's client is left
-        # to redis-py's own pid check).
-        pool = self.client.connection_pool
-        fresh = redis.ConnectionPool(
-            connection_class=pool.connection_class,
-            max_connections=pool.max_connections,
-            **pool.connection_kwargs,
-        )
-        self.client = redis.Redis(connection_pool=fresh)
+        # The parent's sockets stay the parent's: a client of our own with the
+        # same settings (a caller's client is left to redis-py's own pid check).
+        if self.cluster:
+            self.client = self._fresh_cluster()
+        else:
+            pool = self.client.connection_pool
+            fresh = redis.ConnectionPool(
+                connection_class=pool.connection_class,
+                max_connections=pool.max_connections,
+                **pool.connection_kwargs,
+            )
+            self.client = redis.Redis(connection_pool=fresh)
         self._owns_client = True
 
+    def _fresh_cluster(self) -> RedisCluster:
+        """A new cluster client like the current one, knowing nothing of its connections."""
+        if self._url is not None:
+            return self._connect_cluster(
+                self._url.replace("+cluster", "", 1),
+                {**self._timeouts, "retry": Retry(NoBackoff(), 1)},
+            )
+        old = self.client
+        startup = [ClusterNode(node.host, node.port) for node in old.get_nodes()]  # type: ignore[no-untyped-call]
+        kwargs = {
+            key: value
+            for key, value in old.nodes_manager.connection_kwargs.items()
+            if key not in ("host", "port")
+        }
+        return RedisCluster(startup_nodes=startup, **kwargs)
+
     def close(self) -> None:
-        if self._owns_client:
+        if not self._owns_client:
+            return
+        if self.cluster:
+            # each node's connections, as redis.Redis.close() does: the client stays
+            # usable (RedisCluster.close() would forget the slot map for good)
+            for node in self.client.get_nodes():
+                if node.redis_connection is not None:
+                    node.redis_connection.close()
+        else:
             self.client.close()
 
 
 class Replication:
-    """What a :class:`RedisStore` knows of its primary's replicas, and what it waits for.
+    """What a :class:`RedisStore` knows of its primaries' replicas, and what it waits for.
 
-    ``replicas`` fixed, or ``None``: the most replicas seen connected to the
-    current primary. A new ``master_replid`` is a new primary (a promoted
-    replica, or a restart that lost the data): its replicas are counted
-    afresh and the next block says ``failover``.
+    Per primary (its address; '' on one server): its replication id and the
+    most replicas seen connected to it. ``replicas`` fixed, or ``None``:
+    that count. Per sequence: the replication id of the primary that made
+    its last reservation; a reservation made by another one (a promoted
+    replica, a restart that lost the data, a slot moved) says ``failover``,
+    so the blocks buffered before are dropped.
     """
 
     def __init__(self, replicas: int | None, timeout: float) -> None:
@@ -760,34 +986,47 @@ class Replication:
             raise InvalidSequenceConfig(f"replica_timeout={timeout!r}; use seconds above 0")
         self.replicas = replicas
         self.timeout = float(timeout)
-        self.known = False
-        self.seen = 0
-        self.replid: str | None = None
-        self._failover = False
+        self._primaries: dict[str, tuple[str | None, int]] = {}
+        self._served_by: dict[str, str] = {}
+        self._failed_over: set[str] = set()
+        self._warned: set[str] = set()
         self._guard = threading.Lock()
 
-    def wanted(self) -> int:
-        """How many replicas the next reservation waits for."""
-        return self.seen if self.replicas is None else self.replicas
+    def knows(self, node: str) -> bool:
+        """Whether ``INFO replication`` of the primary at ``node`` was seen."""
+        return node in self._primaries
 
-    def note(self, info: Mapping[str, Any]) -> None:
-        """Take in an ``INFO replication`` reply."""
+    def wanted(self, node: str = "") -> int:
+        """How many replicas the next write on the primary at ``node`` waits for."""
+        if self.replicas is not None:
+            return self.replicas
+        return self._primaries.get(node, (None, 0))[1]
+
+    def note(self, node: str, info: Mapping[str, Any], name: str | None = None) -> None:
+        """Take in an ``INFO replication`` reply of ``node``, after a write for ``name``."""
         replid = info.get("master_replid")
         with self._guard:
-            self.known = True
-            if replid is not None and self.replid is not None and replid != self.replid:
+            known, seen = self._primaries.get(node, (None, 0))
+            if replid is not None and replid != known:
+                seen = 0  # a new primary here: its replicas are counted afresh
+            if info.get("role") == "master":
+                seen = max(seen, int(info.get("connected_slaves", 0)))
+            self._primaries[node] = (replid if replid is not None else known, seen)
+            if name is None or replid is None:
+                return
+            before = self._served_by.get(name)
+            self._served_by[name] = replid
+            if before is None or before == replid:
+                return
+            self._failed_over.add(name)
+            if replid not in self._warned:
+                self._warned.add(replid)
                 log.warning(
                     "Redis primary changed (replication id %s, was %s): a failover, or a "
                     "restart without the data; blocks reserved before are dropped",
                     replid,
-                    self.replid,
+                    before,
                 )
-                self._failover = True
-                self.seen = 0
-            if replid is not None:
-                self.replid = replid
-            if info.get("role") == "master":
-                self.seen = max(self.seen, int(info.get("connected_slaves", 0)))
 
     def check(self, name: str, first: int, last: int, acknowledged: int, wanted: int) -> None:
         """Raise unless ``wanted`` replicas acknowledged the reservation of ``first..last``."""
@@ -804,11 +1043,13 @@ class Replication:
             reason="not replicated",
         )
 
-    def failed_over(self) -> bool:
-        """Whether the primary changed since the last call."""
+    def failed_over(self, name: str) -> bool:
+        """Whether ``name``'s last reservation came from another primary than the one before."""
         with self._guard:
-            changed, self._failover = self._failover, False
-        return changed
+            if name in self._failed_over:
+                self._failed_over.discard(name)
+                return True
+        return False
 
 
 def _row_args(config: SequenceConfig) -> list[str | int]:
@@ -829,3 +1070,28 @@ def _pairs(raw: Any) -> dict[bytes, bytes]:
     """An HGETALL reply (a mapping, or a flat list from a script) with bytes keys and values."""
     items = raw.items() if isinstance(raw, Mapping) else zip(raw[::2], raw[1::2], strict=True)
     return {_bytes(key): _bytes(value) for key, value in items}
+
+
+def _safe(setting: str, value: str) -> bool:
+    """Whether a persistence setting's value keeps every acknowledged row."""
+    if setting == "maxmemory-policy":
+        return not value.startswith("allkeys")
+    return {"appendonly": "yes", "appendfsync": "always"}.get(setting, value) == value
+
+
+def _encoded(name: str) -> str:
+    """``name`` percent-encoded for a key, after checking it is a valid sequence name."""
+    validate_name(name)
+    try:
+        return quote(name, safe="")
+    except UnicodeEncodeError:
+        raise InvalidSequenceConfig(
+            f"sequence name {name!r} is not valid Unicode text; use printable text"
+        ) from None
+
+
+def _host_port(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"{address!r} is not host:port")
+    return host, int(port)

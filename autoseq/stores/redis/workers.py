@@ -1,20 +1,29 @@
 """Worker leases in a Redis hash beside a ``RedisStore``'s rows.
 
-``{P}:worker:<name>`` (``<name>`` percent-encoded as for sequences) maps each
-worker id to ``"<expires_ms> <last_ms> <version> <owner>"`` (an empty owner:
-released). Each operation is one Lua script, so every compare-and-set is
-atomic. Timestamps travel as decimal strings written by Python and are only
-compared in Lua (as doubles, exact far beyond any millisecond timestamp).
+``{P:<name>}:worker`` (``<name>`` percent-encoded as for sequences; a hash
+kept by autoseq 0.1.0 under ``{P}:worker:<name>`` is used where it is) maps
+each worker id to ``"<expires_ms> <last_ms> <version> <owner>"`` (an empty
+owner: released). Each operation is one Lua script on that one key, so every
+compare-and-set is atomic, on one server or a cluster. Timestamps travel as
+decimal strings written by Python and are only compared in Lua (as doubles,
+exact far beyond any millisecond timestamp).
+
+Each lease write waits for the store's replicas as a reservation does
+(``RedisStore(replicas=...)``): a lease taken, renewed or recorded that the
+replicas did not acknowledge is not used, since a failover to a replica
+without it could hand the worker id to a second generator while the first
+still issues ids with it. A release is not waited for: lost, it leaves the
+lease held until it expires, which repeats nothing.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
+from urllib.parse import unquote
 
 import redis
+from redis.exceptions import RedisClusterException
 
-from autoseq.config import validate_name
 from autoseq.errors import StoreUnavailable
 from autoseq.workers import LAYOUT_ROW, WorkerLease, layout_row
 
@@ -96,6 +105,9 @@ return version
 )
 
 
+_ERRORS = (redis.RedisError, RedisClusterException)
+
+
 class RedisWorkers:
     """:class:`~autoseq.workers.WorkerLeases` on a ``RedisStore``'s server."""
 
@@ -106,30 +118,45 @@ class RedisWorkers:
         self._claim = store.client.register_script(_CLAIM)
 
     def key(self, name: str) -> str:
-        """The hash holding layout ``name``'s leases."""
-        validate_name(name)
-        return f"{{{self.store.prefix}}}:worker:{quote(name, safe='')}"
+        """The hash holding layout ``name``'s leases (in a hash slot of its own)."""
+        return self.store.key(name, "worker")
 
-    def _call(self, script: Any, keys: list[str], args: list[Any], what: str, name: str) -> Any:
+    def _call(
+        self, script: Any, name: str, args: list[Any], what: str, *, durable: bool = True
+    ) -> Any:
+        """``script``'s reply on ``name``'s lease hash, once the replicas have it (``durable``)."""
         try:
-            # store.client, not the script's own: after a fork the store has a new client
-            return script(keys=keys, args=args, client=self.store.client)
-        except redis.RedisError as exc:
+            # through the store: after a fork it has a new client
+            key = self.store.resolve_key(name, "worker")
+            reply, acknowledged, wanted = self.store.write_script(script, key, args)
+        except _ERRORS as exc:
             raise self._fail(exc, what, name) from exc
+        if durable and acknowledged < wanted:
+            raise StoreUnavailable(
+                f"snowflake {name!r}: {acknowledged} of {wanted} Redis replica(s) acknowledged "
+                f"{what} within {self.store.replication.timeout}s, so it is not used: a "
+                "failover to a replica without it could give the worker id to a second "
+                "generator. Bring the replicas back, or pass RedisStore(replicas=...) the "
+                "number that must have each write (0: never wait)",
+                name=name,
+                operation="lease",
+                reason="not replicated",
+            )
+        return reply
 
     def _fail(self, exc: BaseException, what: str, name: str | None) -> StoreUnavailable:
-        return self.store._translate(exc, "lease", what, name)
+        return self.store.translate(exc, "lease", what, name)
 
     def acquire_worker(
         self, name: str, owner: str, count: int, now_ms: int, ttl_ms: int
     ) -> WorkerLease | None:
         expires = now_ms + ttl_ms
+        self.key(name)
         reply = self._call(
             self._acquire,
-            [self.key(name)],
+            name,
             [owner, count, now_ms, expires],
             f"leasing a worker id of snowflake {name!r}",
-            name,
         )
         if not reply:
             return None
@@ -145,10 +172,9 @@ class RedisWorkers:
         last = max(last_ms, lease.last_ms)
         version = self._call(
             self._write,
-            [self.key(lease.name)],
+            lease.name,
             [lease.worker, lease.owner, expires, last, "0"],
             f"renewing worker {lease.worker}",
-            lease.name,
         )
         if not version:
             return None
@@ -158,41 +184,50 @@ class RedisWorkers:
         last = max(last_ms, lease.last_ms)
         version = self._call(
             self._write,
-            [self.key(lease.name)],
+            lease.name,
             [lease.worker, lease.owner, last, last, "1"],
             f"releasing worker {lease.worker}",
-            lease.name,
+            durable=False,
         )
         return bool(version)
 
     def claim_layout(self, name: str, layout: str, now_ms: int, wait_ms: int) -> WorkerLease:
+        self.key(name)
         fresh = layout_row(name, layout, now_ms, wait_ms)
         recorded = self._call(
             self._claim,
-            [self.key(name)],
+            name,
             [LAYOUT_ROW, _text(fresh)],
             f"recording the layout of snowflake {name!r}",
-            name,
         )
         return _row(name, LAYOUT_ROW, recorded)
 
     def list_workers(self, name: str | None = None, *, layouts: bool = False) -> list[WorkerLease]:
-        client = self.store.client
+        store = self.store
         try:
-            if name is not None:
-                keys = [self.key(name)]
-            else:
-                keys = sorted(client.scan_iter(match=f"{{{self.store.prefix}}}:worker:*"))
+            names = [name] if name is not None else self._names()
             rows = []
-            for key in keys:
-                key_text = key.decode() if isinstance(key, bytes) else key
-                layout = _unquote(key_text.split(":worker:", 1)[1])
-                for field, value in client.hgetall(key).items():
+            for layout in names:
+                key = store.resolve_key(layout, "worker")
+                for field, value in store.client.hgetall(key).items():
                     if layouts or int(field) != LAYOUT_ROW:
                         rows.append(_row(layout, int(field), value))
-        except redis.RedisError as exc:
+        except _ERRORS as exc:
             raise self._fail(exc, "listing worker leases", name) from exc
         return sorted(rows, key=lambda r: (r.name, r.worker))
+
+    def _names(self) -> list[str]:
+        """Every layout with a lease hash, under this version's key or autoseq 0.1.0's."""
+        prefix = self.store.prefix
+        names = set()
+        for pattern in (f"{{{prefix}:*}}:worker", f"{{{prefix}}}:worker:*"):
+            for raw in self.store.client.scan_iter(match=pattern, count=500):
+                key = raw.decode() if isinstance(raw, bytes) else raw
+                if key.startswith(f"{{{prefix}}}:"):
+                    names.add(unquote(key.split(":worker:", 1)[1]))
+                else:
+                    names.add(unquote(key[len(prefix) + 2 : -len("}:worker")]))
+        return sorted(names)
 
 
 def _text(row: WorkerLease) -> str:
@@ -203,9 +238,3 @@ def _row(name: str, worker: int, value: str | bytes) -> WorkerLease:
     text = value.decode() if isinstance(value, bytes) else value
     expires, last, version, owner = text.split(" ", 3)
     return WorkerLease(name, worker, owner or None, int(expires), int(last), int(version))
-
-
-def _unquote(text: str) -> str:
-    from urllib.parse import unquote
-
-    return unquote(text)
