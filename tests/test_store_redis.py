@@ -626,3 +626,61 @@ def test_four_processes_of_four_threads_never_share_a_value(
 def test_four_processes_of_four_threads_without_batching_soak(redis_store: RedisStore) -> None:
     """The same with 5,000 single-value round trips per thread."""
     _four_processes(redis_store, "soak", False, 5000)
+
+
+# keys kept by autoseq 0.1.0 ----------------------------------------------------
+
+
+def _legacy_row(store: RedisStore, name: str, current: int) -> None:
+    """A row as autoseq 0.1.0 wrote it: under the store-wide hash tag, listed in the index."""
+    fields = {"name": name, "start": 1, "end": MAX_VALUE, "step": 1, "current": current}
+    fields |= {"batch": 1, "batch_count": 100, "cycle": 0, "version": 3}
+    store.client.hset(store.legacy_key(name), mapping=fields)
+    store.client.zadd(store.index_key, {name: 0})
+
+
+def test_rows_under_the_old_key_names_are_used_where_they_are(redis_store: RedisStore) -> None:
+    """A row kept under autoseq 0.1.0's key is read and reserved in place: old processes
+    sharing it go on, and nothing starts over under the new name."""
+    _legacy_row(redis_store, "orders", 501)
+    row = redis_store.read("orders")
+    assert row is not None
+    assert row.current == 501
+    assert redis_store.reserve("orders", 10).first == 501
+    assert redis_store.client.hget(redis_store.legacy_key("orders"), "current") == b"511"
+    assert not redis_store.client.exists(redis_store.key("orders"))
+    assert [r.name for r in redis_store.read_all()] == ["orders"]
+    assert redis_store.create(SequenceConfig("orders")).current == 511
+
+
+def test_migrate_keys_moves_rows_and_leases_and_running_stores_follow(
+    redis_store: RedisStore,
+) -> None:
+    """migrate_keys() renames old keys to each name's own slot; a store that used the old
+    key finds the row under the new one and goes on from where it was."""
+    from autoseq.workers.redis import RedisWorkers
+
+    _legacy_row(redis_store, "orders", 501)
+    assert redis_store.reserve("orders", 10).first == 501  # the old key, remembered
+    lease = f"{2**62} 0 1 old-holder"
+    redis_store.client.hset(redis_store.legacy_key("flake", "worker"), "0", lease)
+    peer = _peer(redis_store)
+    try:
+        assert peer.migrate_keys() == 2
+        assert not redis_store.client.exists(redis_store.legacy_key("orders"))
+        assert redis_store.reserve("orders", 10).first == 511
+        assert peer.reserve("orders", 10).first == 521
+        (held,) = RedisWorkers(peer).list_workers("flake")
+        assert (held.worker, held.owner) == (0, "old-holder")
+    finally:
+        peer.close()
+
+
+def test_a_lease_held_under_the_old_key_is_respected(redis_store: RedisStore) -> None:
+    """A worker id leased by a generator of autoseq 0.1.0 is not handed to a new one."""
+    from autoseq.snowflake import Snowflake
+
+    lease = f"{2**62} 0 1 old-holder"
+    redis_store.client.hset(redis_store.legacy_key("flake", "worker"), "0", lease)
+    with Snowflake(redis_store, name="flake") as generator:
+        assert generator.worker_id == 1

@@ -509,11 +509,8 @@ class LocalRedisCluster:
                 timeout = ("--cluster-node-timeout", "2000")
                 self.nodes.append(RedisServer(node_dir, port, *cluster, *timeout))
             addresses = [f"127.0.0.1:{node.port}" for node in self.nodes]
-            _run(
-                ["redis-cli", "--cluster", "create", *addresses]
-                + ["--cluster-replicas", str(replicas), "--cluster-yes"],
-                timeout=120,
-            )
+            options = ["--cluster-replicas", str(replicas), "--cluster-yes"]
+            _run(["redis-cli", "--cluster", "create", *addresses, *options], timeout=120)
             self.wait_ok()
         except BaseException:
             self.close()
