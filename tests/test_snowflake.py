@@ -395,3 +395,12 @@ def test_a_lease_taken_over_stops_generation_then_a_new_one_is_taken(store: Memo
             assert gen.decode(resumed).worker == 1
     finally:
         signals.worker_lease_lost.disconnect(receive)
+
+
+def test_lease_lost_never_claims_no_id_can_repeat() -> None:
+    """LeaseLost says this call issued nothing, and never that ids issued before cannot
+    repeat (a failover that lost the lease can make them repeat)."""
+    message = str(LeaseLost("ids", 3, "its lease row is gone or another generator took it over"))
+    assert "this call issued no id" in message
+    assert "none can be duplicated" not in message
+    assert "failover" in message

@@ -339,6 +339,15 @@ class RedisPair:
             time.sleep(0.05)
         raise RuntimeError(f"the replica did not sync within {timeout}s")
 
+    def wait_good_replica(self, timeout: float = 30.0) -> None:
+        """Wait until the primary counts its replica as good for ``min-replicas-to-write``."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if int(self.primary.client.info("replication").get("min_slaves_good_slaves", 0)):
+                return
+            time.sleep(0.05)
+        raise RuntimeError(f"the primary had no good replica within {timeout}s")
+
     def fail_over(self) -> None:
         """The primary dies, the replica is promoted and clients are sent to it."""
         assert self.vip is not None

@@ -77,3 +77,18 @@ def test_lone_redis_has_no_replication_finding() -> None:
         assert replication(store) == []
     finally:
         store.close()
+
+
+@pytest.mark.redis
+def test_redis_replica_dropped_off_is_a_warning(redis_pair: RedisPair) -> None:
+    """The replica's link cut: doctor warns that reservations wait for it until it is back."""
+    assert redis_pair.link is not None
+    redis_pair.link.cut()
+    store = RedisStore(redis_pair.url())
+    try:
+        (finding,) = replication(store)
+    finally:
+        store.close()
+    assert finding[0] == "warning"
+    assert "replication backlog" in finding[1]
+    assert "replicas=0" in finding[1]

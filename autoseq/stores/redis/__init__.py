@@ -267,9 +267,11 @@ class RedisStore:
     ``replica_timeout`` seconds is skipped and ``StoreUnavailable`` raised,
     since a failover to a replica without it would hand its values out
     again. ``None`` (the default) waits for as many replicas as that primary
-    has been seen to have connected (``INFO replication``), so a replicated
-    Redis is covered without configuration and a lone one costs nothing;
-    ``0`` never waits. On a cluster this holds per shard.
+    has been seen to have connected (``INFO replication``), and for one when
+    none is but the primary kept a replication backlog for one lately (a
+    replica that just dropped off; see :func:`expected_replicas`), so a
+    replicated Redis is covered without configuration and a lone one costs
+    nothing; ``0`` never waits. On a cluster this holds per shard.
     """
 
     def __init__(
@@ -845,6 +847,15 @@ class RedisStore:
             return [("error", "this Redis is a replica: reservations cannot be written here")]
         connected = int(info.get("connected_slaves", 0))
         wanted = self.replication.replicas
+        if wanted is None and expected_replicas(info) > connected:
+            return [
+                (
+                    "warning",
+                    "no replica connected, but this primary kept a replication backlog for "
+                    "one lately: reservations wait for it and fail until it is back; pass "
+                    "RedisStore(replicas=0) if it is gone for good",
+                )
+            ]
         if connected and wanted == 0:
             return [
                 (
@@ -1010,7 +1021,7 @@ class Replication:
             if replid is not None and replid != known:
                 seen = 0  # a new primary here: its replicas are counted afresh
             if info.get("role") == "master":
-                seen = max(seen, int(info.get("connected_slaves", 0)))
+                seen = max(seen, expected_replicas(info))
             self._primaries[node] = (replid if replid is not None else known, seen)
             if name is None or replid is None:
                 return
@@ -1050,6 +1061,20 @@ class Replication:
                 self._failed_over.discard(name)
                 return True
         return False
+
+
+def expected_replicas(info: Mapping[str, Any]) -> int:
+    """How many replicas a primary's ``INFO replication`` says it should have.
+
+    Those connected; and at least one when none is but the primary keeps a
+    replication backlog (made when a replica attached, kept for
+    ``repl-backlog-ttl``) and was not itself promoted (``second_repl_offset``
+    -1): a replica that dropped off a moment ago, so a process started now
+    still waits for it rather than write what a failover would lose.
+    """
+    connected = int(info.get("connected_slaves", 0))
+    lost = int(info.get("repl_backlog_active", 0)) and int(info.get("second_repl_offset", -1)) == -1
+    return 1 if connected == 0 and lost else connected
 
 
 def _row_args(config: SequenceConfig) -> list[str | int]:
