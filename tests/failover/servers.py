@@ -339,6 +339,17 @@ class RedisPair:
             time.sleep(0.05)
         raise RuntimeError(f"the replica did not sync within {timeout}s")
 
+    def cut_replica(self, timeout: float = 30.0) -> None:
+        """Cut the replica's link and wait until the primary counts it gone."""
+        assert self.link is not None
+        self.link.cut()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not int(self.primary.client.info("replication").get("connected_slaves", 0)):
+                return
+            time.sleep(0.05)
+        raise RuntimeError(f"the primary still counted its replica after {timeout}s")
+
     def wait_good_replica(self, timeout: float = 30.0) -> None:
         """Wait until the primary counts its replica as good for ``min-replicas-to-write``."""
         deadline = time.monotonic() + timeout

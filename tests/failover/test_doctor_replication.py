@@ -82,8 +82,7 @@ def test_lone_redis_has_no_replication_finding() -> None:
 @pytest.mark.redis
 def test_redis_replica_dropped_off_is_a_warning(redis_pair: RedisPair) -> None:
     """The replica's link cut: doctor warns that reservations wait for it until it is back."""
-    assert redis_pair.link is not None
-    redis_pair.link.cut()
+    redis_pair.cut_replica()
     store = RedisStore(redis_pair.url())
     try:
         (finding,) = replication(store)
