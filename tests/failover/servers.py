@@ -536,15 +536,20 @@ class LocalRedisCluster:
             self.close()
             raise
 
+    def live(self) -> list[RedisServer]:
+        """The nodes still running."""
+        return [node for node in self.nodes if node.process.poll() is None]
+
     def url(self) -> str:
-        """A ``redis+cluster://`` URL naming one node (the client finds the others)."""
-        return f"redis+cluster://127.0.0.1:{self.nodes[0].port}"
+        """A ``redis+cluster://`` URL naming every live node."""
+        return "redis+cluster://" + ",".join(f"127.0.0.1:{node.port}" for node in self.live())
 
     def client(self, **options: Any) -> Any:
-        """A ``redis.cluster.RedisCluster`` on this cluster."""
-        from redis.cluster import RedisCluster
+        """A ``redis.cluster.RedisCluster`` on this cluster, starting from any live node."""
+        from redis.cluster import ClusterNode, RedisCluster
 
-        return RedisCluster(host="127.0.0.1", port=self.nodes[0].port, **options)
+        nodes = [ClusterNode("127.0.0.1", node.port) for node in self.live()]
+        return RedisCluster(startup_nodes=nodes, **options)
 
     def wait_ok(self, timeout: float = 60.0) -> None:
         """Wait until every live node says ``cluster_state:ok``."""

@@ -1,10 +1,12 @@
 """RedisStore on a real Redis Cluster (three primaries on spare ports): the whole contract,
-sequences spread over the shards, processes, fork, snowflake leases and a lost node."""
+sequences spread over the shards, processes, fork, snowflake leases, a lost node and a
+shard's failover to its replica."""
 
 from __future__ import annotations
 
 import json
 import os
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -12,15 +14,18 @@ from typing import Any
 import pytest
 from backends import unique_table
 
-from autoseq import SequenceConfig, SequenceLock, StoreUnavailable
+from autoseq import BufferPolicy, SequenceConfig, SequenceLock, StoreUnavailable
 from autoseq.snowflake import Snowflake
 from autoseq.stores import RedisStore
 from autoseq.testing.contract import MaintenanceContract, StoreContract
 from autoseq.workers import worker_leases
 
 from .servers import LocalRedisCluster
+from .traffic import Client, run
 
 pytestmark = pytest.mark.redis
+
+POLICY = BufferPolicy(max_batch_count=100, retry_initial=0.01, retry_max=0.1, wait_timeout=5.0)
 
 
 @pytest.fixture
@@ -201,7 +206,7 @@ def test_a_lost_node_is_store_unavailable(
         for name in names:
             store.create(SequenceConfig(name))
         victim = cluster.primary_ports()[1]
-        on_victim = [n for n in names if store._node(store.key(n))[0].endswith(f":{victim}")]
+        on_victim = [n for n in names if holder(cluster, store.key(n)) == victim]
         elsewhere = [n for n in names if n not in on_victim]
         cluster.node(victim).kill()
         with pytest.raises(StoreUnavailable) as caught:
@@ -217,3 +222,43 @@ def test_an_unreachable_cluster_is_store_unavailable() -> None:
     """A redis+cluster:// URL where nothing listens: StoreUnavailable at once, never a crash."""
     with pytest.raises(StoreUnavailable, match="redis"):
         RedisStore("redis+cluster://127.0.0.1:1", socket_connect_timeout=0.5)
+
+
+def holder(cluster: LocalRedisCluster, key: str) -> int:
+    """The port of the primary holding ``key``'s slot now."""
+    client = cluster.client()
+    try:
+        return int(client.get_node_from_key(key).port)
+    finally:
+        client.close()
+
+
+def test_a_shard_failover_never_repeats(
+    own_redis_cluster: Callable[..., LocalRedisCluster],
+) -> None:
+    """Three primaries with a replica each; the primary holding the sequence is killed and
+    its replica takes over: the processes go on from it and no value is handed out twice."""
+    cluster = own_redis_cluster(3, 1)
+    stores = [RedisStore(cluster.url(), socket_timeout=0.5) for _ in range(3)]
+    try:
+        stores[0].create(SequenceConfig("orders", batch_count=100))
+        clients = [
+            Client(SequenceLock("orders", store, batch_count=100, policy=POLICY))
+            for store in stores
+        ]
+        key = stores[0].key("orders")
+        victim = holder(cluster, key)
+
+        def fail_over() -> None:
+            cluster.node(victim).kill()
+            deadline = time.monotonic() + 60
+            while holder(cluster, key) == victim and time.monotonic() < deadline:
+                time.sleep(0.1)  # the replica is promoted after cluster-node-timeout
+
+        count = run(clients, lambda: None, fail_over)
+        assert holder(cluster, key) != victim
+    finally:
+        for store in stores:
+            store.close()
+    assert count.after_failover > 0, count
+    assert count.twice == 0, str(count)
