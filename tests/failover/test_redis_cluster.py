@@ -140,6 +140,7 @@ def test_processes_never_share_a_value(cluster_store: RedisStore) -> None:
         assert os.waitstatus_to_exitcode(status) == 0, "a child failed"
         values += json.loads(data)
     twice = sum(n - 1 for n in Counter(values).values() if n > 1)
+    print(f"cluster processes: {len(values):,} values, {twice:,} handed out twice")
     assert len(values) >= 5 * 3 * 2000
     assert twice == 0
 
@@ -262,3 +263,21 @@ def test_a_shard_failover_never_repeats(
             store.close()
     assert count.after_failover > 0, count
     assert count.twice == 0, str(count)
+
+
+def test_after_fork_with_the_cluster_gone_neither_waits_nor_fails(
+    own_redis_cluster: Callable[..., LocalRedisCluster],
+) -> None:
+    """after_fork() (run for every store in a forked child) makes no connection: with the
+    cluster gone it returns at once, and the next use says StoreUnavailable."""
+    cluster = own_redis_cluster()
+    store = RedisStore(cluster.url(), prefix=unique_table("gone"), socket_timeout=0.5)
+    store.create(SequenceConfig("orders"))
+    for node in cluster.nodes:
+        node.kill()
+    started = time.monotonic()
+    store.after_fork()
+    assert time.monotonic() - started < 0.5
+    with pytest.raises(StoreUnavailable, match="redis"):
+        store.reserve("orders", 10)
+    store.close()

@@ -308,7 +308,12 @@ class RedisStore:
                 "RedisStore needs a redis.Redis or redis.cluster.RedisCluster client, or a "
                 f"redis:// or redis+cluster:// URL, got {type(client_or_url).__name__}"
             )
-        self.client: Any = client
+        self._client: Any = client
+        self._parent: Any = None  # a forked child's cluster client, made on first use from it
+        self._fork_guard = threading.Lock()
+        self._nodes = (
+            sorted(client.nodes_manager.startup_nodes) if isinstance(client, RedisCluster) else []
+        )
         self.index_key = f"{{{self.prefix}}}:names"
         self.reservations = 0
         self._reserve = client.register_script(_RESERVE)
@@ -353,6 +358,15 @@ class RedisStore:
                 startup_nodes=startup or None,
                 **options,
             )
+
+    @property
+    def client(self) -> Any:
+        """The ``redis.Redis`` or ``RedisCluster`` this store sends its commands through."""
+        if self._client is None:
+            with self._fork_guard:
+                if self._client is None:
+                    self._client = self._fresh_cluster()
+        return self._client
 
     # keys and errors --------------------------------------------------------
 
@@ -432,8 +446,7 @@ class RedisStore:
             if self._url is not None:  # the nodes it names, never a password
                 scheme, _, rest = self._url.partition("://")
                 return f"{scheme}://{rest.partition('/')[0].rpartition('@')[2]}"
-            nodes = self.client.nodes_manager.startup_nodes
-            return "redis+cluster://" + ",".join(sorted(nodes))
+            return "redis+cluster://" + ",".join(self._nodes)
         kwargs = self.client.connection_pool.connection_kwargs
         if "path" in kwargs:
             return f"unix://{kwargs['path']}?db={kwargs.get('db', 0)}"
@@ -933,8 +946,13 @@ class RedisStore:
     def after_fork(self) -> None:
         # The parent's sockets stay the parent's: a client of our own with the
         # same settings (a caller's client is left to redis-py's own pid check).
+        # A cluster client connects as it is made: made on first use, so a
+        # fork never waits on (or fails for) a cluster this child may not use.
         if self.cluster:
-            self.client = self._fresh_cluster()
+            if self._client is not None:
+                self._parent = self._client
+            self._client = None
+            self._fork_guard = threading.Lock()
         else:
             pool = self.client.connection_pool
             fresh = redis.ConnectionPool(
@@ -942,7 +960,7 @@ class RedisStore:
                 max_connections=pool.max_connections,
                 **pool.connection_kwargs,
             )
-            self.client = redis.Redis(connection_pool=fresh)
+            self._client = redis.Redis(connection_pool=fresh)
         self._owns_client = True
 
     def _fresh_cluster(self) -> RedisCluster:
@@ -952,7 +970,7 @@ class RedisStore:
                 self._url.replace("+cluster", "", 1),
                 {**self._timeouts, "retry": Retry(NoBackoff(), 1)},
             )
-        old = self.client
+        old = self._parent
         startup = [ClusterNode(node.host, node.port) for node in old.get_nodes()]  # type: ignore[no-untyped-call]
         kwargs = {
             key: value
@@ -964,10 +982,12 @@ class RedisStore:
     def close(self) -> None:
         if not self._owns_client:
             return
+        if self._client is None:
+            return  # a forked child that never used its cluster client
         if self.cluster:
             # each node's connections, as redis.Redis.close() does: the client stays
             # usable (RedisCluster.close() would forget the slot map for good)
-            for node in self.client.get_nodes():
+            for node in self._client.get_nodes():
                 if node.redis_connection is not None:
                     node.redis_connection.close()
         else:
