@@ -658,7 +658,7 @@ def test_migrate_keys_moves_rows_and_leases_and_running_stores_follow(
 ) -> None:
     """migrate_keys() renames old keys to each name's own slot; a store that used the old
     key finds the row under the new one and goes on from where it was."""
-    from autoseq.workers.redis import RedisWorkers
+    from autoseq.stores.redis.workers import RedisWorkers
 
     _legacy_row(redis_store, "orders", 501)
     assert redis_store.reserve("orders", 10).first == 501  # the old key, remembered

@@ -4,7 +4,7 @@ Layout, for a store with prefix ``P`` (default ``sys_sequence``)::
 
     {P:<name>}:seq     a hash with the row's fields (name, start, end, step,
                        current, batch, batch_count, cycle, updated_at, version)
-    {P:<name>}:worker  a snowflake layout's worker leases (autoseq.workers.redis)
+    {P:<name>}:worker  a snowflake layout's worker leases (autoseq.stores.redis.workers)
     {P}:names          a sorted set of every name (score 0), for read_all()
 
 ``<name>`` is percent-encoded (``urllib.parse.quote`` with nothing safe but
