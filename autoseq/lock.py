@@ -1,8 +1,9 @@
 """``SequenceLock``: one sequence's blocks, served from memory under its own lock.
 
 Serving follows Meituan Leaf's segment mode: values come from the current
-block; once a share of it is used, a background worker reserves the next
-block, so the switch to it does not wait on the store. Block sizes adapt to
+block; once a share of it is used, a worker of the process's shared pool
+(:mod:`autoseq.prefetch`, a few threads for every sequence) reserves the
+next block, so the switch to it does not wait on the store. Block sizes adapt to
 the consumption rate, store outages are ridden out on what is buffered, and
 ``close()`` hands an untouched tail back to the store.
 
@@ -10,7 +11,7 @@ The parts: :class:`autoseq.buffer.Buffer` keeps the blocks in hand (pure
 bookkeeping), :class:`autoseq.pacing.BlockSizer` and
 :class:`autoseq.pacing.Backoff` decide how much to reserve and when to try
 again, and :class:`SequenceLock` owns the lock, its condition variable, the
-store round trips and the prefetch worker.
+store round trips and the prefetch task it hands the pool.
 
 The fast path takes no lock where the interpreter has a GIL: the values
 the current block may serve before the slow path must look (the prefetch
@@ -29,6 +30,7 @@ advanced under the lock.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import logging
 import os
@@ -42,7 +44,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
-from autoseq import _hooks, signals
+from autoseq import _hooks, prefetch, signals
 from autoseq.buffer import Buffer, Run
 from autoseq.errors import (
     AutoseqError,
@@ -197,8 +199,9 @@ class SequenceLock:
         self._closed = False
         self._demand = 1  # values the latest call that reached the slow path asked for
         self._serving_since = 0.0  # when the current block began to be served (monotonic)
-        self._worker: threading.Thread | None = None
-        self._wake = threading.Event()
+        # The prefetch task queued on the shared pool and not started yet:
+        # a caller whose block runs out first takes it back (sets None).
+        self._queued: object | None = None
         self._tally = _Tally()
         self._high: int | None = None  # the highest value reserved here: the fence
         self._alarm = LowRemainingAlarm(policy.warn_share)
@@ -363,14 +366,17 @@ class SequenceLock:
         # Past the prefetch point: from here on serve fast until the block
         # ends, and wake the worker once if nothing is buffered or loading.
         buffer.serve_to_end()
-        if buffer.blocks or self._loading or self._closed:
+        if buffer.blocks or self._loading or self._queued is not None or self._closed:
             return
-        self._loading = True
         # The pace of earlier calls only: one call's bulk, or the value of the
         # call that started the block, says nothing about a rate.
         self._sizer.serving(max(0, buffer.served() - taken), now - self._serving_since)
-        self._ensure_worker()
-        self._wake.set()
+        ticket = object()
+        self._queued = ticket
+        if not prefetch.shared().submit(functools.partial(self._prefetch, ticket)):
+            # No worker thread could start: the caller that empties the
+            # block reserves inline, as without prefetching.
+            self._queued = None
 
     def _reserve_in_turn(self, shortfall: int) -> Block:
         """``batch=False``: reserve the caller's own values, callers served first come first.
@@ -413,6 +419,7 @@ class SequenceLock:
                 reason="backing off",
             ) from backoff.error
         count = self._sizer.reservation(shortfall, self._bulk_buffer())
+        self._queued = None  # a prefetch still waiting for a worker would come too late
         self._loading = True
         try:
             with self._unlocked():
@@ -547,54 +554,47 @@ class SequenceLock:
         )
         signals.low_remaining.send(self, name=self.name, remaining=remaining, used_share=used)
 
-    # background worker ------------------------------------------------------
+    # prefetch, on the shared pool ---------------------------------------------
 
-    def _ensure_worker(self) -> None:
-        worker = self._worker
-        if worker is None or not worker.is_alive():
-            self._worker = threading.Thread(
-                target=self._work, name=f"autoseq-prefetch-{self.name}", daemon=True
-            )
-            self._worker.start()
+    def _prefetch(self, ticket: object) -> None:
+        """Reserve the next block on a worker of :func:`autoseq.prefetch.shared`.
 
-    def _work(self) -> None:
-        wake = self._wake
-        while True:
-            wake.wait()
-            wake.clear()
-            with self._lock:
-                if self._closed or self._pid != os.getpid():
-                    self._loading = False
-                    self._cond.notify_all()
-                    return
-                count = self._sizer.reservation(0, self._bulk_buffer())
-            try:
-                block = self._reserve(count, prefetch=True)
-            except Exception as exc:  # noqa: BLE001 - reported, retried later
-                signals.prefetch_failed.send(self, name=self.name, error=exc)
-                with self._lock:
-                    self._loading = False
-                    self._settle()
-                    if isinstance(exc, StoreUnavailable):
-                        # Let a caller past the prefetch point try again once
-                        # the back-off is over; exhaustion is for the caller
-                        # that empties the block to meet.
-                        self._buffer.look_again_soon()
-                    self._cond.notify_all()
-                continue
+        Does nothing when ``ticket`` is no longer the one queued: a caller
+        took the task back and reserved inline, or the lock closed.
+        """
+        with self._lock:
+            if self._queued is not ticket:
+                return
+            self._queued = None
+            if self._closed or self._pid != os.getpid():
+                self._cond.notify_all()
+                return
+            self._loading = True
+            count = self._sizer.reservation(0, self._bulk_buffer())
+        try:
+            block = self._reserve(count, prefetch=True)
+        except Exception as exc:  # noqa: BLE001 - reported, retried later
+            signals.prefetch_failed.send(self, name=self.name, error=exc)
             with self._lock:
                 self._loading = False
-                if self._closed:
-                    # close() gave up waiting for it: a gap, never served.
-                    self._cond.notify_all()
-                    return
+                self._settle()
+                if isinstance(exc, StoreUnavailable):
+                    # Let a caller past the prefetch point try again once
+                    # the back-off is over; exhaustion is for the caller
+                    # that empties the block to meet.
+                    self._buffer.look_again_soon()
+                self._cond.notify_all()
+            return
+        with self._lock:
+            self._loading = False
+            if not self._closed:  # else close() gave up waiting for it: a gap, never served
                 buffer = self._buffer
                 buffer.add(block)
                 if buffer.fast_until != buffer.last:
                     self._settle()
                     buffer.serve_to_end()
                     self._arm()
-                self._cond.notify_all()
+            self._cond.notify_all()
 
     # introspection and shutdown -------------------------------------------
 
@@ -627,7 +627,7 @@ class SequenceLock:
                 "consumption_rate": rate,
                 "values_until_end": end_left,
                 "seconds_until_end": eta,
-                "loading": self._loading,
+                "loading": self._loading or self._queued is not None,
                 "store_error": None if error is None else str(error),
             }
 
@@ -659,10 +659,10 @@ class SequenceLock:
             if self._closed:
                 return None
             self._closed = True
+            self._queued = None  # a prefetch not started yet never starts
             while self._loading and self._pid == os.getpid():
                 if not self._cond.wait(max(0.0, wait_until - time.monotonic())):
                     break
-            self._wake.set()
             self._settle()
             tail = None if self._loading else self._buffer.unused_tail()
             self._buffer.clear()

@@ -156,6 +156,12 @@ def test_an_outage_counts_prefetch_failures_and_unavailable_time(scrape: Scrape)
             proxy.cut()
             served = [lock.next() for _ in range(14)]  # the buffer carries callers through
             assert served == list(range(7, 21))
+            # The prefetch of 21..30 queued at 16 meets the cut on a worker (a
+            # caller reaching 21 first would take it back and reserve inline).
+            deadline = time.monotonic() + 10
+            while lock.stats()["loading"]:
+                assert time.monotonic() < deadline, "the prefetch of 21..30 never ended"
+                time.sleep(0.01)
             outage_started = time.monotonic()
             with pytest.raises(StoreUnavailable):
                 lock.next()  # may fail fast: the failed prefetch started a back-off

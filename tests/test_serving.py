@@ -343,16 +343,16 @@ def test_close_keeps_the_tail_when_someone_reserved_after() -> None:
     assert memory.read("shared").current == 21
 
 
-def test_close_stops_the_worker() -> None:
-    """The prefetch thread ends on close()."""
-    lock, _ = make(SequenceConfig("w", batch_count=10))
+def test_close_leaves_nothing_loading() -> None:
+    """After close() no prefetch of the lock is queued or in flight, and none reserves later."""
+    lock, store = make(SequenceConfig("w", batch_count=10))
     for _ in range(15):
         lock.next()
-    worker = lock._worker
-    assert worker is not None
     lock.close()
-    worker.join(2)
-    assert not worker.is_alive()
+    reserved = store.reservations
+    time.sleep(0.1)
+    assert lock.stats()["loading"] is False
+    assert store.reservations == reserved
 
 
 def test_low_remaining_warns_once(caplog: pytest.LogCaptureFixture) -> None:

@@ -10,7 +10,6 @@ store is back continues past every value handed out.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from typing import Any
 
@@ -97,8 +96,6 @@ def test_close_hands_every_tail_back_when_healthy(network_target: Any) -> None:
     after.close()
 
 
-def prefetch_alive(name: str) -> bool:
-    return any(t.name == f"autoseq-prefetch-{name}" for t in threading.enumerate())
 
 
 @pytest.mark.timeout(120)
@@ -121,7 +118,7 @@ def test_close_does_not_wait_for_a_stalled_prefetch(network_target: Any) -> None
         seconds = time.monotonic() - started
         proxy.heal()
         healed = time.monotonic()
-        while prefetch_alive(config.name) and time.monotonic() - healed < 60:
+        while lock.stats()["loading"] and time.monotonic() - healed < 60:
             time.sleep(0.05)
         with pytest.raises(AutoseqError, match="closed"):
             values.append(lock.next())
