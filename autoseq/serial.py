@@ -12,9 +12,11 @@ transaction (:mod:`autoseq.gapless`).
 
 from __future__ import annotations
 
+import math
 import re
 import string
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from datetime import UTC, date, datetime, timedelta, tzinfo
@@ -122,6 +124,26 @@ def _period_start(local: date, period: str) -> date:
     if period == "month":
         return date(local.year, local.month, 1)
     return date(local.year, 1, 1)
+
+
+def _next_period(start: date, period: str) -> date:
+    if period == "day":
+        return start + timedelta(days=1)
+    if period == "month":
+        return date(start.year + start.month // 12, start.month % 12 + 1, 1)
+    return date(start.year + 1, 1, 1)
+
+
+def _earliest_midnight(day: date, zone: tzinfo) -> float:
+    """The earliest instant ``day`` may begin in ``zone`` (a timestamp), whatever DST does.
+
+    Local midnight may not exist (a gap) or happen twice (a fold); the
+    earlier reading of the two is never after the real start of the day.
+    """
+    return min(
+        datetime(day.year, day.month, day.day, tzinfo=zone, fold=fold).timestamp()
+        for fold in (0, 1)
+    )
 
 
 def _missing_parts(period: str, shown: set[str]) -> list[str]:
@@ -403,6 +425,19 @@ class Serial:
         self._day: date | None = None
         self._lock: SequenceLock | None = None
         self._format: Callable[..., str] = str.format
+        # The period seen last and a span of time known to lie in it,
+        # [_since, _until) as timestamps: inside it the clock is not converted.
+        self._since = 0.0
+        self._until = 0.0
+        self._seen: date | None = None
+        # What next() may serve without the guard: (since, until, lock, format)
+        # of the period seen last, replaced as one so a reader sees one period.
+        self._current: tuple[float, float, SequenceLock | None, Callable[..., str]] = (
+            0.0,
+            0.0,
+            None,
+            str.format,
+        )
 
     def _row_name(self, day: date | None) -> str:
         if self.period is None or day is None:
@@ -418,13 +453,43 @@ class Serial:
     def _now(self) -> date | None:
         if self.period is None:
             return None
-        now = self.clock()
+        return _period_start(self._aware(self.clock()).astimezone(self.tz), self.period)
+
+    def _aware(self, now: object) -> datetime:
         if not isinstance(now, datetime) or now.tzinfo is None:
             raise InvalidSequenceConfig(
                 f"serial {self.name!r}: the clock returned {now!r}; it must return an aware "
                 "datetime, e.g. datetime.now(UTC)"
             )
-        return _period_start(now.astimezone(self.tz), self.period)
+        return now
+
+    def _period_now(self) -> date | None:
+        """:meth:`_now`, converting the clock only when the period may have changed (guard held).
+
+        The default clock is read as a float; a time inside the span known
+        to lie in the period seen last is that period. A time before the
+        span (a clock set back) or past its end is converted in full.
+        """
+        period = self.period
+        if period is None:
+            self._since, self._until = -math.inf, math.inf
+            return None
+        clock = self.clock
+        now = None
+        if clock is utc_now:
+            stamp = time.time()
+        else:
+            now = self._aware(clock())
+            stamp = now.timestamp()
+        if self._since <= stamp < self._until:
+            return self._seen
+        if now is None:
+            now = datetime.fromtimestamp(stamp, UTC)
+        day = _period_start(now.astimezone(self.tz), period)
+        self._since = stamp
+        self._until = _earliest_midnight(_next_period(day, period), self.tz)
+        self._seen = day
+        return day
 
     def row_config(self, day: date | None) -> SequenceConfig:
         """The ``sys_sequence`` row of the period starting on ``day``."""
@@ -455,10 +520,11 @@ class Serial:
             self.registry.discard(old.name, release=True)
         return lock
 
-    def _take(self, count: int) -> tuple[date | None, list[int]]:
+    def _take(self, count: int) -> tuple[Callable[..., str], list[int]]:
+        """``count`` values of the period now, and its formatter; switches period if needed."""
         for _attempt in range(3):
             with self._guard:
-                day = self._now()
+                day = self._period_now()
                 lock = self._lock
                 if lock is None or day != self._token:
                     lock = self._switch(day)
@@ -471,23 +537,40 @@ class Serial:
                     # closed the shared lock: register the row again.
                     self._lock = None
                     continue
-                return day, values
+                self._current = (self._since, self._until, lock, self._format)
+                return self._format, values
         raise AutoseqError(f"serial {self.name!r}: its sequence lock kept being closed")
 
     def next(self, connection: Any = None) -> str:
-        """The next serial; with ``gapless=True``, taken in ``connection``'s transaction."""
+        """The next serial; with ``gapless=True``, taken in ``connection``'s transaction.
+
+        Within the span of time known to lie in the current period, the
+        value comes straight from the period's lock, without the guard.
+        """
+        since, until, lock, fmt = self._current
+        if lock is not None:
+            clock = self.clock
+            stamp = time.time() if clock is utc_now else self._aware(clock()).timestamp()
+            if since <= stamp < until:
+                try:
+                    return fmt(n=lock.next())
+                except AutoseqError:
+                    if not lock._closed:
+                        raise
+                    # Switched away meanwhile: the guarded path registers again.
         if self.gapless:
             return self._next_gapless(connection, 1)[0]
-        _day, values = self._take(1)
-        return self._format(n=values[0])
+        fmt, values = self._take(1)
+        return fmt(n=values[0])
 
     def next_many(self, n: int, connection: Any = None) -> list[str]:
         """``n`` serials of one period, in the order taken."""
         check_many(n)  # before any row is created
         if self.gapless:
             return self._next_gapless(connection, n) if n else []
-        _day, values = self._take(n) if n else (None, [])
-        fmt = self._format
+        if not n:
+            return []
+        fmt, values = self._take(n)
         return [fmt(n=value) for value in values]
 
     def _next_gapless(self, connection: Any, count: int) -> list[str]:

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 from backends import REDIS_URL, sql_url, unavailable, unique_table
@@ -133,6 +134,43 @@ def test_the_period_switches_at_the_boundary_in_the_serials_time_zone(store: Any
     assert serial.next() == "P20261130-001"
     clock.now = datetime(2026, 11, 30, 23, 30, tzinfo=UTC)
     assert serial.next() == "P20261201-001"
+    serial.close()
+
+
+@pytest.mark.parametrize(
+    ("tz", "around", "period"),
+    [
+        ("Europe/Paris", datetime(2026, 11, 30, 23, 0, tzinfo=UTC), "month"),
+        ("Europe/Paris", datetime(2026, 12, 31, 23, 0, tzinfo=UTC), "year"),
+        # Midnight does not exist on 6 September 2026 in Santiago (00:00 -04 is 01:00 -03).
+        ("America/Santiago", datetime(2026, 9, 6, 4, 0, tzinfo=UTC), "day"),
+        # On 5 April 2026 23:00-23:59 of the 4th happens twice there, just before midnight.
+        ("America/Santiago", datetime(2026, 4, 5, 3, 30, tzinfo=UTC), "day"),
+    ],
+    ids=["paris-month", "paris-year", "santiago-gap", "santiago-fold"],
+)
+def test_the_period_is_right_on_every_call_across_a_boundary(
+    tz: str, around: datetime, period: str
+) -> None:
+    """A fake clock walked across a boundary, back and forth: each serial shows its call's period.
+
+    The serial converts the clock only when the period may have changed; a
+    minute-by-minute walk either side of the boundary (DST gaps and folds
+    at midnight included), then back across it, checks the shortcut never
+    serves the period it has left.
+    """
+    zone = ZoneInfo(tz)
+    key = {"day": "%Y%m%d", "month": "%Y%m", "year": "%Y"}[period]
+    clock = Clock(around - timedelta(hours=3))
+    serial = Serial(
+        MemoryStore(), "walk", "{date:" + key + "}-{n:06d}", period=period, tz=tz, clock=clock
+    )
+    minutes = [*range(-180, 181), *range(180, -181, -7)]
+    for minute in minutes:
+        clock.now = around + timedelta(minutes=minute, seconds=minute % 60)
+        expected = clock.now.astimezone(zone).strftime(key)
+        shown = serial.next().split("-")[0]
+        assert shown == expected, f"at {clock.now.isoformat()}: {shown}, expected {expected}"
     serial.close()
 
 

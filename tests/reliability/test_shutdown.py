@@ -96,8 +96,6 @@ def test_close_hands_every_tail_back_when_healthy(network_target: Any) -> None:
     after.close()
 
 
-
-
 @pytest.mark.timeout(120)
 def test_close_does_not_wait_for_a_stalled_prefetch(network_target: Any) -> None:
     """A prefetch stuck on a stalled store holds close() up no longer than its deadline."""
