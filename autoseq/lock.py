@@ -676,6 +676,8 @@ class SequenceLock:
         return released
 
 
+#: Tails named in the shutdown's one log line; the rest are counted.
+_LOGGED = 20
 #: Seconds a whole shutdown (every lock of a registry, or of the process) may take.
 DEFAULT_CLOSE_TIMEOUT = 5.0
 
@@ -709,10 +711,13 @@ def close_locks(
         handing.run()  # no new thread at interpreter exit (3.12+): one failure still ends it
     left = handing.stop()
     if left:
+        shown = ", ".join(f"{name} {block.first}..{block.last}" for name, block in left[:_LOGGED])
+        more = f" and {len(left) - _LOGGED} more" if len(left) > _LOGGED else ""
         log.warning(
-            "shutdown: %d unused tail(s) not handed back (left as gaps, safe): %s",
+            "shutdown: %d unused tail(s) not handed back (left as gaps, safe): %s%s",
             len(left),
-            ", ".join(f"{name} {block.first}..{block.last}" for name, block in left),
+            shown,
+            more,
         )
     return left
 

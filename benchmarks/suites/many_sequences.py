@@ -1,0 +1,274 @@
+"""Many sequences in one process (issue 34): 1, 100, 1,000 and 10,000 on SQLite and PostgreSQL.
+
+Each trial opens a registry on N stored rows and measures, in order:
+``registry.load()`` against a plain ``SELECT`` of the same rows (same
+engine, back to back), the process's RSS per loaded sequence and per
+sequence holding its first block, the first value of each sequence, then
+``next()`` round-robin (one value of each sequence in turn) for a fixed
+time, the threads alive after it, and ``registry.close()`` (unused tails
+handed back). The peer is ``next()`` on one sequence of the same store, in
+the same loop shape, in the same run: the ratio is the share of one
+sequence's speed that N sequences keep (issue 34's target: 0.5 at 10,000).
+Creating rows through ``register()`` is timed on a fresh table of up to
+1,000 rows (10,000 one-row transactions on a SQLite file take about a
+minute); the N rows of the trials are inserted in one statement.
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+import time
+from typing import Any
+
+from benchmarks.harness import Contender, Group, Sample, Unavailable, run_group
+from benchmarks.servers import Context, unique_name
+
+COUNTS = (1, 100, 1_000, 10_000)
+#: Issue 34's targets, checked at the largest count measured.
+MIN_SHARE = 0.5
+MAX_THREADS = 8
+MAX_BYTES_PER_IDLE = 4096
+MIN_LOAD_RATIO = 0.5
+MAX_CREATE_10K_S = 2.0
+MAX_FIRST_VALUE_MS = 0.2
+MAX_CLOSE_S = 1.0
+SUBJECT = "round-robin over N sequences"
+ONE = "one sequence"
+
+
+def rss() -> int:
+    """The process's resident set, in bytes (Linux)."""
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * 4096
+
+
+class Rows:
+    """A store table holding ``count`` sequence rows, inserted in one statement."""
+
+    def __init__(self, url: str, count: int) -> None:
+        import sqlalchemy as sa
+
+        from autoseq import SequenceConfig
+        from autoseq.config import utc_now
+        from autoseq.stores import SQLStore
+
+        self.store = SQLStore(url, table=unique_name("many"))
+        self.store.create_table()
+        self.names = [f"s{i:05d}" for i in range(count)]
+        stamp = {"updated_at": utc_now(), "version": 0}
+        rows = [SequenceConfig(name).as_row() | stamp for name in self.names]
+        with self.store.engine.begin() as connection:
+            connection.execute(sa.insert(self.store.table), rows)
+        self.one = unique_name("one")
+        self.store.create(SequenceConfig(self.one))
+
+    def select_seconds(self) -> float:
+        import sqlalchemy as sa
+
+        with self.store.engine.connect() as connection:
+            started = time.perf_counter()
+            connection.execute(sa.select(self.store.table)).fetchall()
+            return time.perf_counter() - started
+
+    def many(self, seconds: float) -> Sample:
+        from autoseq import SequenceRegistry
+
+        gc.collect()
+        base = rss()
+        select = self.select_seconds()
+        registry = SequenceRegistry(self.store)
+        started = time.perf_counter()
+        registry.load()
+        load = time.perf_counter() - started
+        locks = [registry.get(name) for name in self.names]
+        gc.collect()
+        loaded = rss()
+        started = time.perf_counter()
+        for lock in locks:
+            lock.next()
+        first = time.perf_counter() - started
+        gc.collect()
+        holding = rss()
+        count, elapsed = _round_robin(locks, seconds)
+        threads = threading.enumerate()
+        started = time.perf_counter()
+        left = registry.close_locks()
+        close = time.perf_counter() - started
+        n = len(locks)
+        return Sample(
+            count,
+            elapsed,
+            {
+                "sequences": n,
+                "threads alive": len(threads),
+                "prefetch threads": sum(t.name.startswith("autoseq-prefetch") for t in threads),
+                "RSS bytes per loaded sequence": (loaded - base) / n,
+                "RSS bytes per sequence holding a block": (holding - base) / n,
+                "load s": load,
+                "plain SELECT s": select,
+                "load vs SELECT": select / load,
+                "first value ms": first / n * 1e3,
+                "close s": close,
+                "tails not handed back": len(left),
+            },
+        )
+
+    def single(self, seconds: float, n: int) -> Sample:
+        from autoseq import SequenceRegistry
+
+        registry = SequenceRegistry(self.store)
+        lock = registry.get(self.one)
+        count, elapsed = _round_robin([lock] * n, seconds)
+        registry.close_locks()
+        return Sample(count, elapsed)
+
+    def create_seconds(self, count: int) -> float:
+        """``register()`` of ``count`` new rows, one after another, on a table of their own."""
+        from autoseq import SequenceConfig, SequenceRegistry
+        from autoseq.stores import SQLStore
+
+        store = SQLStore(self.store.engine, table=unique_name("create"))
+        store.create_table()
+        try:
+            registry = SequenceRegistry(store)
+            started = time.perf_counter()
+            for i in range(count):
+                registry.register(SequenceConfig(f"c{i:05d}"))
+            return time.perf_counter() - started
+        finally:
+            store.drop_table()
+            store.close()
+
+    def drop(self) -> None:
+        self.store.drop_table()
+        self.store.close()
+
+
+def _round_robin(locks: list[Any], seconds: float) -> tuple[int, float]:
+    takes = [lock.next for lock in locks]
+    count = 0
+    started = time.perf_counter()
+    deadline = started + seconds
+    while True:
+        for take in takes:
+            take()
+        count += len(takes)
+        now = time.perf_counter()
+        if now >= deadline:
+            return count, now - started
+
+
+def groups_for(ctx: Context, backend: str, label: str, url: str) -> list[Group]:
+    seconds = ctx.n(2, 0.3)
+    groups = []
+    for count in COUNTS if not ctx.quick else COUNTS[:3]:
+        group = Group(
+            "scaling",
+            f"next() round-robin over {count:,} sequences, {label}",
+            "values/s",
+            subject=SUBJECT,
+        )
+        rows = Rows(url, count)
+        try:
+            run_group(
+                group,
+                [
+                    Contender(SUBJECT, lambda rows=rows: rows.many(seconds)),
+                    Contender(ONE, lambda rows=rows, n=count: rows.single(seconds, n)),
+                ],
+                ctx.n(3, 1),
+                warmup=False,
+                log=ctx.log,
+            )
+            creating = min(count, 1_000)
+            created = rows.create_seconds(creating)
+        finally:
+            rows.drop()
+        group.notes.append(
+            f"{seconds} s of next() per trial; register() of {creating:,} new rows took "
+            f"{created:.2f} s ({created / creating * 1e3:.2f} ms each)"
+        )
+        _report(ctx, group, count, label, created / creating)
+        groups.append(group)
+    return groups
+
+
+def _report(ctx: Context, group: Group, count: int, label: str, create_each: float) -> None:
+    subject = group.get(SUBJECT)
+    ratio = group.ratio(ONE)
+    if subject is None or ratio is None or not subject.samples:
+        return
+
+    def worst(counter: str, high: bool = True) -> float:
+        values = subject.values(counter)
+        return max(values) if high else min(values)
+
+    figures = {
+        "threads alive": worst("threads alive"),
+        "prefetch threads": worst("prefetch threads"),
+        "RSS per loaded": worst("RSS bytes per loaded sequence"),
+        "RSS per holding": worst("RSS bytes per sequence holding a block"),
+        "load vs SELECT": worst("load vs SELECT", high=False),
+        "first value ms": worst("first value ms"),
+        "close s": worst("close s"),
+    }
+    ctx.log(
+        f"    {count:,} sequences, {label}: {ratio[0]:.3f}x one sequence; "
+        + ", ".join(f"{key} {value:,.3f}" for key, value in figures.items())
+        + f", create {create_each * 1e3:.2f} ms each"
+    )
+    if count != max(COUNTS if not ctx.quick else COUNTS[:3]):
+        return
+    where = f"{count:,} sequences, {label}"
+    ctx.check(
+        f"issue 34: {where}: values/s >= {MIN_SHARE}x one sequence",
+        ratio[0] >= MIN_SHARE,
+        f"{ratio[0]:.3f}x (repeats {ratio[1]:.3f}..{ratio[2]:.3f})",
+        ratio=ratio[0],
+    )
+    ctx.check(
+        f"issue 34: {where}: threads alive <= {MAX_THREADS}",
+        figures["threads alive"] <= MAX_THREADS,
+        f"{figures['threads alive']:.0f} in all (the main thread included), "
+        f"{figures['prefetch threads']:.0f} of them prefetching; names: "
+        + ", ".join(sorted({t.name for t in threading.enumerate()})),
+    )
+    ctx.check(
+        f"issue 34: {where}: RSS <= {MAX_BYTES_PER_IDLE} bytes per idle sequence",
+        figures["RSS per holding"] <= MAX_BYTES_PER_IDLE,
+        f"{figures['RSS per loaded']:,.0f} bytes loaded, {figures['RSS per holding']:,.0f} "
+        "holding its first block",
+    )
+    ctx.check(
+        f"issue 34: {where}: registry.load() >= {MIN_LOAD_RATIO}x a plain SELECT",
+        figures["load vs SELECT"] >= MIN_LOAD_RATIO,
+        f"{figures['load vs SELECT']:.2f}x",
+    )
+    ctx.check(
+        f"issue 34: {where}: first value of each < {MAX_FIRST_VALUE_MS} ms on average",
+        figures["first value ms"] < MAX_FIRST_VALUE_MS,
+        f"{figures['first value ms']:.3f} ms",
+    )
+    ctx.check(
+        f"issue 34: {where}: close() < {MAX_CLOSE_S} s",
+        figures["close s"] < MAX_CLOSE_S,
+        f"{figures['close s']:.2f} s",
+    )
+    ctx.check(
+        f"issue 34: creating 10,000 sequences < {MAX_CREATE_10K_S} s, {label}",
+        create_each * 10_000 < MAX_CREATE_10K_S,
+        f"{create_each * 1e3:.2f} ms per register() of a new row "
+        f"({create_each * 10_000:.1f} s for 10,000)",
+    )
+
+
+def run(ctx: Context) -> list[Group]:
+    groups = groups_for(ctx, "sqlite", "SQLite file", ctx.sqlite_url("many"))
+    try:
+        url = ctx.sql_url("postgres")
+    except Unavailable as exc:
+        group = Group("scaling", "many sequences, PostgreSQL", "values/s", SUBJECT)
+        group.unavailable = str(exc)
+        return [*groups, group]
+    return groups + groups_for(ctx, "postgres", "PostgreSQL", url)
