@@ -203,3 +203,22 @@ def test_a_forked_child_prefetches_on_its_own_pool(pool: PrefetchPool) -> None:
     assert report["after"] >= 1
     assert report["waits"] <= 2  # the first block after fork, and no more
     assert report["values"] == sorted(set(report["values"]))
+
+
+def test_configure_resizes_the_shared_pool(pool: PrefetchPool) -> None:
+    """configure(workers=1) after 4 workers started: the extra ones end once idle."""
+    done = threading.Event()
+    gate = threading.Event()
+    for _ in range(4):
+        assert pool.submit(gate.wait)
+    deadline = time.monotonic() + 5
+    while pool.threads() < 4 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert pool.threads() == 4
+    assert prefetch.configure(workers=1) is pool
+    gate.set()
+    assert pool.submit(done.set)
+    assert done.wait(5)
+    while pool.threads() > 1 and time.monotonic() < deadline + 5:
+        time.sleep(0.01)
+    assert pool.threads() == 1
