@@ -142,6 +142,58 @@ def test_field_is_a_plain_bigint_column_with_its_settings_in_info() -> None:
     assert "IDENTITY" not in ddl.upper()
 
 
+def rowid_table(connection: sa.Connection, table: sa.Table) -> tuple[str, list[str]]:
+    """SQLite's DDL of ``table`` and the indexes SQLite made for it."""
+    ddl = connection.execute(
+        sa.text("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = :t"),
+        {"t": table.name},
+    ).scalar_one()
+    indexes = connection.execute(
+        sa.text("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = :t"),
+        {"t": table.name},
+    )
+    return str(ddl), list(indexes.scalars())
+
+
+def test_a_sqlite_sequence_key_is_the_rowid(tmp_path: Any) -> None:
+    """On SQLite a SequenceField key is INTEGER PRIMARY KEY, the rowid: no second B-tree."""
+    models = make_models(batch_count=7)
+    url = f"sqlite:///{tmp_path / 'rowid.db'}"
+    with installed_orm(url, models.base.metadata) as (engine, maker, _, _):
+        with maker() as session:
+            session.add_all([models.order(name=str(i)) for i in range(20)])
+            session.commit()
+            session.execute(sa.insert(models.order), [{"name": "bulk"} for _ in range(30)])
+            session.commit()
+        with engine.connect() as connection:
+            ddl, indexes = rowid_table(connection, models.table)
+            pairs = connection.execute(
+                sa.text(f"SELECT rowid, id FROM {models.table.name} ORDER BY rowid")
+            ).all()
+    assert "id INTEGER NOT NULL" in ddl
+    assert "PRIMARY KEY (id)" in ddl
+    assert "code BIGINT NOT NULL" in ddl  # not a key: the type it always had
+    assert indexes == []  # a BIGINT key adds sqlite_autoindex_<table>_1
+    assert [rowid for rowid, _ in pairs] == [key for _, key in pairs] == list(range(1, 51))
+
+
+def test_a_core_sequence_key_is_the_rowid_on_sqlite_and_bigint_elsewhere(tmp_path: Any) -> None:
+    """sequence_column(primary_key=True) is INTEGER on SQLite, BIGINT on the servers."""
+    metadata = sa.MetaData()
+    table = sa.Table("core_rows", metadata, sequence_column("id", primary_key=True))
+    assert "id BIGINT NOT NULL" in str(
+        sa.schema.CreateTable(table).compile(dialect=postgresql.dialect())
+    )
+    url = f"sqlite:///{tmp_path / 'core.db'}"
+    with installed_orm(url, metadata) as (engine, _, _, _), engine.begin() as connection:
+        connection.execute(sa.insert(table), [{} for _ in range(5)])
+        ddl, indexes = rowid_table(connection, table)
+        pairs = connection.execute(sa.text("SELECT rowid, id FROM core_rows")).all()
+    assert "id INTEGER NOT NULL" in ddl
+    assert indexes == []
+    assert sorted(pairs) == [(i, i) for i in range(1, 6)]
+
+
 @pytest.mark.parametrize(
     "kwargs",
     [{"step": 0}, {"start": 10, "end": 5}, {"batch_count": 0}, {"sequence": ""}, {"sequence": 5}],
