@@ -1,9 +1,9 @@
 """Every process-global hook of autoseq's core goes through here: fork and exit.
 
-A module that must act when the process forks or exits calls :func:`on_fork`
-or :func:`at_exit` at import time instead of ``os.register_at_fork`` or
+A module that must act when the process forks or exits calls `on_fork`
+or `at_exit` at import time instead of ``os.register_at_fork`` or
 ``atexit.register``, so this module is the one place that touches process
-state, and :data:`REGISTERED` lists what was hooked and why. Each callback
+state, and `REGISTERED` lists what was hooked and why. Each callback
 is still registered on its own, so one that raises is reported by the
 interpreter and does not stop the others, as before.
 """

@@ -1,6 +1,6 @@
 """Every SQLAlchemy internal the integration relies on, in one place.
 
-:mod:`autoseq.sqlalchemy` and :mod:`autoseq.serial_sqlalchemy` use public
+[`autoseq.sqlalchemy`][autoseq.sqlalchemy] and `autoseq.serial_sqlalchemy` use public
 SQLAlchemy API only, except through the functions here: each names the
 private or semi-private attribute it reads and why no public one serves.
 When SQLAlchemy changes one of them, this is the file to fix, and

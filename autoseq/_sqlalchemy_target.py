@@ -1,7 +1,7 @@
-"""What the SQLAlchemy listeners see of a generated column: a :class:`Target`.
+"""What the SQLAlchemy listeners see of a generated column: a `Target`.
 
 Every kind of generated column (a sequence key, a serial, a gapless key, a
-snowflake id) reaches the listeners of :mod:`autoseq.sqlalchemy` as a
+snowflake id) reaches the listeners of [`autoseq.sqlalchemy`][autoseq.sqlalchemy] as a
 ``Target``: what its generator is called (gapless values are locked in name
 order), whether its values are taken in the caller's transaction, how a bad
 explicit value is refused, and ``take(n, connection)``. The listeners know
@@ -26,7 +26,7 @@ class Target:
 
     ``key`` is the column's parameter key where the target fills rows (the
     attribute key on the ORM side, the column key on Core's). The value
-    source is resolved on the first :meth:`take`, so rows that all carry
+    source is resolved on the first `take`, so rows that all carry
     explicit values cost no round trip.
     """
 

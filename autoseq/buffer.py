@@ -1,11 +1,11 @@
 """The values one process holds of one sequence: pure bookkeeping, no threads, no clock.
 
-A :class:`Buffer` is the current block (``next .. last`` by ``step``) and
+A `Buffer` is the current block (``next .. last`` by ``step``) and
 the reserved blocks queued behind it. It hands out a ``range`` iterator
-over the run that may be served without a lock (:meth:`Buffer.arm`) and
-takes it back to count what is left (:meth:`Buffer.settle`, in constant
+over the run that may be served without a lock (`Buffer.arm`) and
+takes it back to count what is left (`Buffer.settle`, in constant
 time whatever the block's size); the caller
-(:class:`autoseq.lock.SequenceLock`) holds the iterator, so the hot path
+([`autoseq.lock.SequenceLock`][autoseq.lock.SequenceLock]) holds the iterator, so the hot path
 is one attribute and one C-level step. Every method expects its caller to
 serialise calls (the sequence's lock); none blocks or reads the time.
 """
@@ -25,7 +25,7 @@ Run = tuple[int, int, int]
 
 
 class _RangeIterator(Protocol):
-    """What :func:`cut` uses of a ``range`` iterator: its length hint and its pickle state."""
+    """What `cut` uses of a ``range`` iterator: its length hint and its pickle state."""
 
     def __length_hint__(self) -> int: ...
 
@@ -58,7 +58,7 @@ def cut(fast: Iterator[int], length: int) -> int:
 class Buffer:
     """Blocks in hand: take values in order, give a failed call's back, find the unused tail.
 
-    ``prefetch_at``: share of a block served before :meth:`past_prefetch_point`
+    ``prefetch_at``: share of a block served before `past_prefetch_point`
     says it is time to reserve the next one; ``None`` when nothing is
     prefetched (the fast path then runs to the end of every block).
     """
@@ -102,11 +102,11 @@ class Buffer:
         return iter(range(self.next, self.fast_stop, self.step))
 
     def settle(self, fast: Iterator[int]) -> None:
-        """End ``fast``, the iterator :meth:`arm` returned, and make ``next`` exact.
+        """End ``fast``, the iterator `arm` returned, and make ``next`` exact.
 
         The caller swaps its reference to ``fast`` out first: a thread that
         loaded the iterator before the swap takes its value in order, before
-        or after the :func:`cut`, so what the cut counts is exactly the
+        or after the `cut`, so what the cut counts is exactly the
         unserved suffix and no value is both served and counted as left.
         Constant time: many threads meeting the slow path of a block of
         millions each settle it in turn.

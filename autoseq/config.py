@@ -175,7 +175,7 @@ class SequenceConfig:
     the caller's transaction, never from a block (docs/serials.md): a
     rollback gives the value back. It is how the caller takes values, not
     part of the stored row, so ``batch`` and ``batch_count`` do not apply
-    and a :class:`~autoseq.SequenceRegistry` refuses to serve it blocks.
+    and a [`SequenceRegistry`][autoseq.registry.SequenceRegistry] refuses to serve it blocks.
     """
 
     name: str
@@ -261,8 +261,8 @@ class SequenceConfig:
         exhausted sequence, a legal state. Parsing is strict: flags must be
         real booleans or 0/1 (never the string ``"false"``), numbers must be
         integers (never a float a shell wrote). Anything else raises
-        :class:`InvalidStoredRow` naming the row and the command that fixes it.
-        A row without ``version`` (written before versions existed) reads as 0.
+        [`InvalidStoredRow`][autoseq.errors.InvalidStoredRow] naming the row and the command that
+        fixes it. A row without ``version`` (written before versions existed) reads as 0.
         """
         get = row.get if hasattr(row, "get") else (lambda k: getattr(row, k, None))
         name: Any = get("name")

@@ -23,8 +23,9 @@ and for the store as a whole:
   ``WAIT`` for. The store says (``replication_findings()``).
 * ``store``: the store answers at all.
 
-:func:`examine` returns a :class:`Report`; the ``autoseq doctor`` command,
-``manage.py autoseq doctor`` and Django's ``check --deploy`` all print one.
+[`examine`][autoseq.doctor.examine] returns a [`Report`][autoseq.doctor.Report]; the
+``autoseq doctor`` command, ``manage.py autoseq doctor`` and Django's ``check --deploy`` all
+print one.
 Only the standard library and the core are imported here; drivers are
 reached through the store the caller opened.
 """
@@ -237,7 +238,7 @@ EXTRA_CHECKS: list[Callable[[SequenceStore, Report], None]] = []
 
 
 def register_check(check: Callable[[SequenceStore, Report], None]) -> None:
-    """Run ``check(store, report)`` in every :func:`examine` from now on (once per function)."""
+    """Run ``check(store, report)`` in every `examine` from now on (once per function)."""
     if check not in EXTRA_CHECKS:
         EXTRA_CHECKS.append(check)
 

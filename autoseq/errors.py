@@ -1,4 +1,4 @@
-"""The exceptions autoseq raises; every one is an :class:`AutoseqError`."""
+"""The exceptions autoseq raises; every one is an [`AutoseqError`][autoseq.errors.AutoseqError]."""
 
 from __future__ import annotations
 

@@ -3,13 +3,13 @@
 Every caller (the ``autoseq`` command line, the Django admin and
 ``manage.py autoseq``, mongoengine's ``set_next_value`` and adoption) goes
 through this module, and this module writes only through the store's
-:meth:`~autoseq.stores.SequenceStore.compare_and_set`. So each write:
+`compare_and_set`. So each write:
 
 * applies only to the row version it was decided on: a reservation, a
   hand-back or another operator's change landing in between makes it miss,
   and the decision is taken again on the fresh row;
 * is safe to send twice: a client that re-sends it after a lost reply finds
-  the next version and changes nothing (and :func:`_write` recognises its
+  the next version and changes nothing (and `_write` recognises its
   own write when it reads the row back);
 * moves ``current`` forward only, unless the operator forces it, and never
   to or below a floor (``max()`` of a column using the sequence) it is given.
@@ -133,10 +133,11 @@ def set_current(
     """Make ``value`` the next value ``name`` hands out.
 
     Forward only: a value behind the stored ``current`` raises
-    :class:`ValueMovesBackward` unless ``force`` (running processes may
-    hold the values below it). ``floor`` (``max()`` of the columns using the
+    [`ValueMovesBackward`][autoseq.errors.ValueMovesBackward] unless ``force`` (running processes
+    may hold the values below it). ``floor`` (``max()`` of the columns using the
     sequence) is a hard limit, even when forced. A row that fails validation
-    (edited by hand) can only be repaired with ``force``: see :func:`repair`.
+    (edited by hand) can only be repaired with ``force``: see
+    [`repair`][autoseq.maintenance.repair].
     """
     _check_int("value", value)
 
@@ -231,7 +232,8 @@ def change(
 ) -> SequenceConfig:
     """Change settings of ``name`` (``CHANGEABLE``) so values stay unique.
 
-    * ``current``: as :func:`set_current` (forward only unless ``force``).
+    * ``current``: as [`set_current`][autoseq.maintenance.set_current] (forward only
+      unless ``force``).
     * ``step``: ``current`` moves up to the first value of the new grid at or
       above the stored one, so no value below it (possibly handed out) is
       reachable again and the row stays valid for every process.
@@ -248,7 +250,7 @@ def change(
 def planned_change(
     row: SequenceConfig, *, force: bool = False, floor: int | None = None, **changes: Any
 ) -> SequenceConfig | None:
-    """The row :func:`change` would write over ``row`` (None: no change); nothing is written.
+    """The row `change` would write over ``row`` (None: no change); nothing is written.
 
     Raises ``InvalidSequenceConfig`` (``ValueMovesBackward`` for a backward
     ``current``) saying why the change cannot be made. For forms that check

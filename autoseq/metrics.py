@@ -13,9 +13,9 @@ Django: ``path("autoseq/", include("autoseq_django.urls"))`` serves
 ``autoseq/metrics`` (installed on the default registry at start-up when
 prometheus_client is importable).
 
-What is counted comes from the blinker signals of :mod:`autoseq.signals`
+What is counted comes from the blinker signals of [`autoseq.signals`][autoseq.signals]
 (each reservation, failure, hand-back) and, at scrape time, from
-:meth:`~autoseq.SequenceLock.stats` of every lock that has reserved in this
+[`stats`][autoseq.lock.SequenceLock.stats] of every lock that has reserved in this
 process (values served, caller waits, values left, what is buffered).
 Every metric has a ``store`` label (the store's URL without a password, as
 ``autoseq doctor`` prints it) and a ``sequence`` label:

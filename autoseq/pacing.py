@@ -1,7 +1,7 @@
 """How big the next block is and when to try the store again: pure policies, no threads.
 
 Both take the time as an argument, so a test drives them with made-up
-clocks. :class:`autoseq.lock.SequenceLock` calls them under its lock.
+clocks. [`autoseq.lock.SequenceLock`][autoseq.lock.SequenceLock] calls them under its lock.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ DEFAULT_MAX_BATCH_COUNT = 2**24
 #: values (never less than ``batch_count``): a five-digit serial's 99,999
 #: values then go out in blocks of at most 900 (``batch_count`` 100), so one
 #: busy process cannot reserve what is left of the range while the others
-#: get :class:`~autoseq.errors.SequenceExhausted`. A 64-bit range never
+#: get `SequenceExhausted`. A 64-bit range never
 #: meets this cap; a nine-digit one meets it at about 10 million.
 RANGE_SHARE = 100
 #: Per reservation, a block grows at most this many times and shrinks to no
@@ -41,8 +41,8 @@ class BlockSizer:
     multiple of ``floor`` not above it, when it is not one itself); with
     ``adaptive`` off (``batch=False``) the size stays where it started.
     From ``floor`` a size reaches the ceiling in a few reservations (16
-    times per step: 100 to 2**24 in five). :meth:`fit_range` lowers the
-    ceiling to 1/:data:`RANGE_SHARE` of a short range.
+    times per step: 100 to 2**24 in five). `fit_range` lowers the
+    ceiling to 1/`RANGE_SHARE` of a short range.
     """
 
     __slots__ = (
@@ -132,7 +132,7 @@ class BlockSizer:
 class Backoff:
     """Exponential back-off after failed reservations, reset by a success.
 
-    While :meth:`waiting` says so, a caller with nothing in hand fails fast
+    While `waiting` says so, a caller with nothing in hand fails fast
     with the last error rather than queueing on a store known to be down.
     """
 

@@ -26,7 +26,7 @@ def opening_row(config: SequenceConfig, floor: int | None) -> SequenceConfig:
 
 
 class SequenceRegistry:
-    """Hands out a :class:`SequenceLock` per sequence name of ``store``.
+    """Hands out a [`SequenceLock`][autoseq.lock.SequenceLock] per sequence name of ``store``.
 
     ``auto_create`` decides what ``get()`` does with a name that has no row:
     ``True`` creates it from ``defaults(name)`` (``SequenceConfig(name)``
@@ -132,7 +132,8 @@ class SequenceRegistry:
     def peek(self, name: str) -> int | None:
         """The value ``name``'s lock would serve next from memory; None if none or no lock.
 
-        Never reads the store nor creates a lock: see :meth:`SequenceLock.peek`.
+        Never reads the store nor creates a lock: see
+        [`SequenceLock.peek`][autoseq.lock.SequenceLock.peek].
         """
         lock = self._locks.get(name) if isinstance(name, str) else None
         return lock.peek() if lock is not None else None
@@ -179,7 +180,7 @@ class SequenceRegistry:
     def close(
         self, *, release: bool = True, timeout: float = DEFAULT_CLOSE_TIMEOUT
     ) -> list[tuple[str, Block]]:
-        """Close every lock within ``timeout`` seconds (see :meth:`close_locks`), then the store."""
+        """Close every lock within ``timeout`` seconds (see `close_locks`), then the store."""
         left = self.close_locks(release=release, timeout=timeout)
         self.store.close()
         return left

@@ -5,9 +5,9 @@ period's date ``{date}``. With a ``period`` each day, month or year has its
 own ``sys_sequence`` row, ``<name>:<period key>`` (``invoices:2026-11``),
 created on first use, so the counter restarts each period on every store and
 a block reserved in one period can never be served in the next: it belongs
-to another row. Values come from a :class:`~autoseq.SequenceLock` (blocks in
+to another row. Values come from a [`SequenceLock`][autoseq.lock.SequenceLock] (blocks in
 memory), or with ``gapless=True`` one at a time inside the caller's
-transaction (:mod:`autoseq.gapless`).
+transaction ([`autoseq.gapless`][autoseq.gapless]).
 """
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ _N_SPEC = re.compile(r"^(?:0(?P<width>[1-9][0-9]*))?d?$", re.ASCII)
 
 
 class InvalidSerial(AutoseqError, ValueError):
-    """A text given to :meth:`Serial.parse` is not a serial of that template."""
+    """A text given to `Serial.parse` is not a serial of that template."""
 
 
 def _period_start(local: date, period: str) -> date:
@@ -334,7 +334,7 @@ class _Template:
 def template_length(template: str, period: str | None) -> int:
     """The longest serial ``template`` makes with ``period`` (a string column's length).
 
-    Refuses what :class:`Serial` refuses (``InvalidSequenceConfig``).
+    Refuses what [`Serial`][autoseq.serial.Serial] refuses (``InvalidSequenceConfig``).
     """
     return _Template(template, period).max_length
 
@@ -342,7 +342,7 @@ def template_length(template: str, period: str | None) -> int:
 class Serial:
     """Formatted serial numbers of one name, ``next()`` -> ``"INV-2026-00042"``.
 
-    ``store`` is any store or a :class:`~autoseq.SequenceRegistry`. ``clock``
+    ``store`` is any store or a [`SequenceRegistry`][autoseq.registry.SequenceRegistry]. ``clock``
     returns the current aware datetime (injectable for tests); the period
     switches at its boundary in ``tz``. A zero-padded ``{n:0Wd}`` ends the
     counter at ``10**W - 1``: past it ``SequenceExhausted``, or with

@@ -1,14 +1,14 @@
-"""SQLAlchemy ``SerialField``: a string column filled with :class:`~autoseq.Serial` values.
+"""SQLAlchemy ``SerialField``: a string column filled with [`Serial`][autoseq.serial.Serial] values.
 
-Re-exported by :mod:`autoseq.sqlalchemy`; the same ``install()`` decides the
+Re-exported by [`autoseq.sqlalchemy`][autoseq.sqlalchemy]; the same ``install()`` decides the
 store, and the same listeners fill the column: a serial column is one more
-:class:`~autoseq._sqlalchemy_target.Target` (:class:`SerialTarget`), so every
+`Target` (`SerialTarget`), so every
 insert path that gives ``SequenceField`` its values gives a serial its own
 (one ``next_many`` per serial per flush or statement; the column's Python
 default one row at a time). A value the user set is kept. With ``gapless=True`` the
 values are taken at flush or insert on the session's or statement's own
 connection, several serials in one flush in name order
-(:func:`autoseq.gapless.lock_order`).
+([`autoseq.gapless.lock_order`][autoseq.gapless.lock_order]).
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ class SerialSpec:
     def build(
         self, registry: SequenceRegistry, name: str, *, gapless: bool | None = None
     ) -> Serial:
-        """The :class:`Serial` of this column on ``registry``."""
+        """The [`Serial`][autoseq.serial.Serial] of this column on ``registry``."""
         return Serial(
             registry,
             name,
@@ -107,7 +107,7 @@ def SerialField(
     clock: Callable[[], datetime] | None = None,
     **mapped_column_kwargs: Any,
 ) -> MappedColumn[Any]:
-    """A ``String`` mapped column filled from a :class:`~autoseq.Serial` at insert.
+    """A ``String`` mapped column filled from a [`Serial`][autoseq.serial.Serial] at insert.
 
     Its length fits the longest serial the template makes. The remaining
     keyword arguments go to ``mapped_column`` (``unique``, ``index``...).
@@ -125,7 +125,7 @@ def gapless_sequence_field(
 
     The sequence (default: the table's name) is a row like any other; each
     value is taken at flush or insert on the session's or statement's own
-    connection, as gapless serials are (:mod:`autoseq.gapless`).
+    connection, as gapless serials are ([`autoseq.gapless`][autoseq.gapless]).
     """
     spec = SerialSpec("{n}", sequence, start=start, step=step, gapless=True, integer=True)
     kwargs = _column_kwargs(spec, mapped_column_kwargs)
@@ -229,7 +229,7 @@ def _take(serial: Serial, count: int, connection: Any) -> list[Any]:
 
 
 class SerialTarget(Target):
-    """A serial column (or a gapless integer key), as :mod:`autoseq.sqlalchemy` fills it."""
+    """A serial column (or a gapless integer key), as `autoseq.sqlalchemy` fills it."""
 
     __slots__ = ()
     what = "a serial"

@@ -1,6 +1,6 @@
 """blinker signals for what operators watch.
 
-Every signal is sent with the :class:`~autoseq.SequenceLock` as sender and
+Every signal is sent with the [`SequenceLock`][autoseq.lock.SequenceLock] as sender and
 keyword arguments that always include ``name`` (the sequence):
 
 ``block_reserved``

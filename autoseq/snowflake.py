@@ -6,7 +6,7 @@ Layout of an id (defaults in brackets), most significant bit first::
 
 The sign bit stays 0, so ids fit a signed 64-bit column and are positive.
 Within one process ids only increase. Each generator leases its worker id
-from the store (see :mod:`autoseq.workers`): a heartbeat thread renews the
+from the store (see `autoseq.workers`): a heartbeat thread renews the
 lease, ids are issued only at timestamps below the expiry last written, and
 a later owner of the same worker id starts above every timestamp an earlier
 one could have used, so a worker id is never shared in time.
@@ -153,8 +153,8 @@ class Snowflake:
     what happens when the clock reads earlier than the last timestamp
     issued by more than ``max_backwards_wait`` seconds (a smaller step is
     always waited out): ``"wait"`` waits until it catches up, ``"fail"``
-    raises :class:`ClockMovedBackwards`, ``"borrow"`` keeps issuing on the
-    last timestamp while its sequence lasts, then waits; neither waits
+    raises [`ClockMovedBackwards`][autoseq.errors.ClockMovedBackwards], ``"borrow"`` keeps issuing
+    on the last timestamp while its sequence lasts, then waits; neither waits
     longer than ``max_wait`` seconds: beyond it they raise
     ClockMovedBackwards too (a clock far behind is a fault to fix, not a
     day to sleep through). ``clock`` returns
@@ -668,7 +668,7 @@ def _left(deadline: float) -> float:
 def close_generators(
     generators: list[Snowflake], *, timeout: float = DEFAULT_CLOSE_TIMEOUT
 ) -> None:
-    """Close ``generators`` within ``timeout`` seconds in all (see :meth:`Snowflake.close`)."""
+    """Close ``generators`` within ``timeout`` seconds in all (see `Snowflake.close`)."""
     deadline = time.monotonic() + timeout
     for generator in generators:
         generator.close(timeout=_left(deadline))

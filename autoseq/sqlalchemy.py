@@ -9,7 +9,7 @@ next values of the column's sequence. Where SQLAlchemy 2.x routes each path:
 * ORM bulk ``session.execute(insert(Order), [dicts])``: ``do_orm_execute``
   works out which columns need values, and the values go into the row
   copies the ORM makes for its Core insert (never into the caller's dicts,
-  and with no copy of our own: see :mod:`autoseq._sqlalchemy_compat`).
+  and with no copy of our own).
   Any other statement run through a session (one row, joined inheritance)
   gets the missing keys added to copies of the rows that lack them.
 * Core ``conn.execute(insert(table), [dicts])``: an engine ``before_execute``
@@ -20,12 +20,11 @@ next values of the column's sequence. Where SQLAlchemy 2.x routes each path:
   was watched): the column's own Python default takes ``next()`` per row.
 
 Every kind of generated column (``SequenceField``, ``SerialField``,
-``SnowflakeField``) is filled by these same listeners, through one
-:class:`~autoseq._sqlalchemy_target.Target` per column. A value the user
+``SnowflakeField``) is filled by these same listeners. A value the user
 gave (not ``None``) is always kept. The default store is a
-:class:`~autoseq.stores.SQLStore` on the bind's own database (one registry per
-URL, cached); it commits each block in its own transaction, so a rollback of
-the caller's transaction never hands a value out again.
+[`SQLStore`][autoseq.stores.sql.SQLStore] on the bind's own database (one
+registry per URL, cached); it commits each block in its own transaction, so a
+rollback of the caller's transaction never hands a value out again.
 """
 
 from __future__ import annotations
@@ -374,7 +373,7 @@ def install(
     bound to it); or the asyncio counterparts ``AsyncSession``,
     ``async_sessionmaker``, ``async_scoped_session``, ``AsyncEngine``, which
     cover what their sync side does. With an async driver the store reserves
-    through the matching sync driver (see :func:`autoseq.stores.sql.store_url`).
+    through the matching sync driver (see `autoseq.stores.sql.store_url`).
     The most specific installation wins: session class or maker, then engine,
     then ``Session``. ``store`` / ``registry`` default to
     ``SQLStore`` on the bind's database; ``auto_create=False`` makes a missing
@@ -639,7 +638,7 @@ def _fill(
     inserted twice must not carry the first insert's keys): a row that
     lacks a value is copied with it, the others are passed on as they are.
     ``owned=True``: the rows are SQLAlchemy's own copies
-    (:func:`compat.orm_bulk_mapper`) and get the values in place.
+    (`compat.orm_bulk_mapper`) and get the values in place.
     """
     out: list[Mapping[str, Any]] | None = None
     copied: set[int] = set()
@@ -688,7 +687,7 @@ class _OrmInsert:
     ``mapper`` None: the rows were filled already, the Core insert the ORM
     emits is not checked again. Otherwise the ORM bulk insert of a
     single-table ``mapper``: ``targets`` fill SQLAlchemy's own row copies
-    when it emits the Core insert (:func:`compat.orm_bulk_mapper`).
+    when it emits the Core insert (`compat.orm_bulk_mapper`).
     """
 
     mapper: Mapper[Any] | None = None
@@ -1068,7 +1067,7 @@ def SnowflakeField(
 ) -> MappedColumn[Any]:
     """A ``BigInteger`` mapped column whose values are snowflake ids, taken at insert.
 
-    ``generator`` is the :class:`~autoseq.snowflake.Snowflake` to use; None
+    ``generator`` is the `Snowflake` to use; None
     means one on the store ``install()`` gave the engine (else a ``SQLStore``
     on the bind's database) for layout ``layout`` (its ``name``), created on first insert
     and shared by every such column. Under ``install()`` a flush or bulk
@@ -1294,7 +1293,7 @@ def include_worker_table(metadata: sa.MetaData, name: str = "sys_worker") -> sa.
     would otherwise propose ``drop_table`` for it, and running that under
     live generators costs every one of them its lease). The name is
     ``sys_worker`` beside ``sys_sequence``, else ``<table>_worker``
-    (:func:`autoseq.workers.sql.worker_table_name`).
+    (`autoseq.workers.sql.worker_table_name`).
     """
     return _include(metadata, "worker", name, "sys_worker", _worker_table)
 

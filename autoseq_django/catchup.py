@@ -12,7 +12,7 @@ from ``AutoField`` would otherwise meet the sequence later, as an
   transaction commits (in autocommit: at once), or before the same thread
   takes its next value of that sequence, whichever comes first. Applying
   it is two reads of the row and, when behind, one compare-and-set through
-  :mod:`autoseq.maintenance`; values this process holds in memory up to
+  [`autoseq.maintenance`][autoseq.maintenance]; values this process holds in memory up to
   the loaded key are skipped. A loaddata of 10,000 rows costs one catch-up.
 * After ``migrate``, every sequence used in the database moves past
   ``max()`` of its columns (the switch from ``BigAutoField``, say), auto-created

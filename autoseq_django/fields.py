@@ -125,7 +125,8 @@ class SequenceField(_BigIntegerField):
     ``sequence`` defaults to the model's ``db_table``. ``start``, ``end``,
     ``step``, ``batch``, ``batch_count`` and ``cycle`` are the settings of a
     row created on first use; unset ones come from ``AUTOSEQ["DEFAULTS"]``,
-    then from :class:`autoseq.SequenceConfig`. A stored row wins over them.
+    then from [`autoseq.SequenceConfig`][autoseq.config.SequenceConfig]. A stored row wins over
+    them.
     """
 
     description = "Integer taken from a named sequence in sys_sequence"

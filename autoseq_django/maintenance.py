@@ -2,7 +2,7 @@
 
 This module only finds what Django knows (the models and columns using a
 sequence, ``max()`` of each, which database holds which ``sys_sequence``);
-every write goes through :mod:`autoseq.maintenance`, a compare-and-set on
+every write goes through [`autoseq.maintenance`][autoseq.maintenance], a compare-and-set on
 the row's version in the store's own connection. So a reservation made
 meanwhile by another process is never overwritten, ``current`` only moves
 forward unless forced (a running process may hold a block below it), and
@@ -256,8 +256,8 @@ def apply(
     """Write the settings of the fields used in ``database`` to their stored rows.
 
     A field's ``end``, ``step``, ``batch``, ``batch_count``, ``cycle`` and a
-    later ``start`` are applied with :func:`change` (forward only, never at
-    or below a column's ``max()``). Rows not created yet are left to be
+    later ``start`` are applied with [`change`][autoseq_django.maintenance.change] (forward only,
+    never at or below a column's ``max()``). Rows not created yet are left to be
     created from the fields on first use.
     """
     wanted = set(names) if names is not None else None

@@ -30,7 +30,7 @@ class SequenceManager(_Manager):
     """``SysSequence.objects``: on SQLite it shows the file's gapless rows too.
 
     They live in the application's file, beside the companion's rows; see
-    :func:`autoseq_django.sqlite.show_gapless_rows`.
+    `autoseq_django.sqlite.show_gapless_rows`.
     """
 
     def get_queryset(self) -> models.QuerySet[SysSequence]:

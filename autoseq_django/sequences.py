@@ -4,7 +4,7 @@ A row written to database ``W`` takes its values from the ``sys_sequence`` of
 ``sequence_database(W)``: ``AUTOSEQ["DATABASE"]`` if set, else the alias a
 router's ``db_for_write(SysSequence)`` names, else ``W`` itself (per database,
 like ``AutoField``). That database is reached through an
-:class:`autoseq.stores.SQLStore` on its own SQLAlchemy engine, never through
+[`autoseq.stores.SQLStore`][autoseq.stores.sql.SQLStore] on its own SQLAlchemy engine, never through
 Django's connection, so a rollback of the caller's transaction never undoes a
 reservation (and on SQLite the table lives in the companion file
 ``<NAME>.autoseq``; an in-memory database gets a shared-cache in-memory store
@@ -63,7 +63,7 @@ _generation = 0
 
 
 def changed() -> None:
-    """Forget the locks :func:`lock` found: the settings or a connection changed."""
+    """Forget the locks `lock` found: the settings or a connection changed."""
     global _generation
     _generation += 1
     _found.clear()
@@ -189,7 +189,7 @@ def _url_key(alias: str) -> str:
 
 
 def generation() -> int:
-    """Bumped by :func:`reset` and :func:`changed`: what was looked up before may be stale."""
+    """Bumped by `reset` and `changed`: what was looked up before may be stale."""
     return _generation
 
 

@@ -1,10 +1,10 @@
-"""``SerialField``: a ``CharField`` filled with an :class:`autoseq.Serial` value on insert.
+"""``SerialField``: a ``CharField`` filled with an `autoseq.Serial` value on insert.
 
 The value is taken when the INSERT is compiled (``save()``, ``create()``,
 ``bulk_create()``), never when an instance is built, from the sequence
 database of the connection running it. A value the user set is kept. With
 ``gapless=True`` the number is taken on Django's own connection, inside the
-caller's ``atomic()`` block, with the statements of :mod:`autoseq.gapless`:
+caller's ``atomic()`` block, with the statements of [`autoseq.gapless`][autoseq.gapless]:
 the row stays locked until that block's transaction ends, a rollback gives
 the number back, and autocommit outside ``atomic()`` is refused.
 """
@@ -59,7 +59,7 @@ class SerialField(_CharField):
 
     ``max_length`` defaults to the longest serial the template makes. The
     serial is named ``sequence``, else ``<db_table>.<field name>``; the
-    other arguments are :class:`autoseq.Serial`'s.
+    other arguments are [`autoseq.Serial`][autoseq.serial.Serial]'s.
     """
 
     description = "Serial number taken from a named sequence in sys_sequence"
@@ -118,7 +118,7 @@ class SerialField(_CharField):
         return self.sequence or f"{self.model._meta.db_table}.{self.name}"
 
     def serial(self, alias: str) -> Serial:
-        """The :class:`Serial` serving rows written to database ``alias``."""
+        """The [`Serial`][autoseq.serial.Serial] serving rows written to database ``alias``."""
         registry = sequences.registry(sequences.sequence_database(alias))
         found = self._serials.get(id(registry))
         if found is None or found.registry is not registry:
@@ -365,8 +365,8 @@ class _Plan:
 
     Checked against ``conf.get()`` and ``sequences.generation()``, both renewed
     by any change to AUTOSEQ, DATABASES or DATABASE_ROUTERS. ``single`` is the
-    SQL of :func:`autoseq.gapless.single_statement` for this connection's
-    cursor (None on SQLite, whose rows are made in the caller's transaction).
+    SQL of [`autoseq.gapless.single_statement`][autoseq.gapless.single_statement] for this
+    connection's cursor (None on SQLite, whose rows are made in the caller's transaction).
     """
 
     __slots__ = (
@@ -578,7 +578,7 @@ _module: list[Any] = []
 
 
 def _gapless() -> Any:
-    """:mod:`autoseq.gapless`, imported on first use (it imports SQLAlchemy)."""
+    """[`autoseq.gapless`][autoseq.gapless], imported on first use (it imports SQLAlchemy)."""
     if not _module:
         from autoseq.stores.sql import gapless
 

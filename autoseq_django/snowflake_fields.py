@@ -5,7 +5,7 @@ the primary key for its value (``get_pk_value_on_save``), other columns fill
 in ``pre_save``, and raw saves (``loaddata``) get one when empty. Worker ids
 are leased from the ``sys_sequence`` database that serves the model's write
 database (routers respected), one generator per layout and store.
-Re-exported from :mod:`autoseq_django.fields`.
+Re-exported from `autoseq_django.fields`.
 """
 
 from __future__ import annotations

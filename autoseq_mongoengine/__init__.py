@@ -7,7 +7,7 @@ documents costs about N / block round trips. ``adopt`` starts a sequence
 where mongoengine's counter or the existing documents left off.
 
 Names are imported on first access, so the ``autoseq`` command can load
-:mod:`autoseq_mongoengine.cli` without importing mongoengine.
+`autoseq_mongoengine.cli` without importing mongoengine.
 """
 
 from __future__ import annotations

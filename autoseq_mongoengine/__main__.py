@@ -1,4 +1,4 @@
-"""``python -m autoseq_mongoengine adopt ...``; see :mod:`autoseq_mongoengine.cli`."""
+"""``python -m autoseq_mongoengine adopt ...``; see `autoseq_mongoengine.cli`."""
 
 from __future__ import annotations
 

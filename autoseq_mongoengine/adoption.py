@@ -4,7 +4,7 @@ A collection that already has documents numbered by mongoengine's own
 ``SequenceField`` (counter in ``mongoengine.counters``, ``{"_id":
 "<name>.<field>", "next": <last value issued>}``) or by hand moves to autoseq
 by moving the sequence's ``current`` past the larger of the counter and the
-largest value stored in the field, with :func:`autoseq.maintenance.adopt` (a
+largest value stored in the field, with [`autoseq.maintenance.adopt`][autoseq.maintenance.adopt] (a
 compare-and-set on the row's version). ``current`` never moves backwards.
 """
 

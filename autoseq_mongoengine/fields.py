@@ -2,7 +2,7 @@
 
 mongoengine's own field takes one ``findAndModify`` per value, and takes it
 when the attribute is merely read. This one takes values from a
-:class:`~autoseq.SequenceLock` (one reservation per block) and only when a
+[`SequenceLock`][autoseq.lock.SequenceLock] (one reservation per block) and only when a
 document is written:
 
 * ``Document.save()`` (and ``objects.create()``): the new document's empty
@@ -84,7 +84,7 @@ class SequenceField(BaseField):  # type: ignore[misc]
     to ``"<collection>.<field>"`` for any other field. ``start``, ``end``,
     ``step``, ``batch``, ``batch_count`` and ``cycle`` create the sequence's
     row on first use; a row that exists keeps its own settings. ``policy``
-    tunes buffering (:class:`~autoseq.BufferPolicy`).
+    tunes buffering ([`BufferPolicy`][autoseq.lock.BufferPolicy]).
     """
 
     _auto_gen = True
@@ -288,7 +288,7 @@ class SequenceField(BaseField):  # type: ignore[misc]
         This is what mongoengine's ``set_next_value`` does (it stores the
         counter, which is then incremented), so ``set_next_value(max_id)``
         after an import keeps working. Unlike it, the write is a
-        compare-and-set on the row's version (:mod:`autoseq.maintenance`),
+        compare-and-set on the row's version ([`autoseq.maintenance`][autoseq.maintenance]),
         safe beside saves in other processes, and moves forward only: a
         value behind what was already issued raises ``ValueMovesBackward``
         unless ``force=True`` (only with every writer stopped), or unless no

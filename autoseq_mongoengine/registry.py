@@ -1,9 +1,9 @@
 """This process's stores and locks, one per connection alias and sequence.
 
-A :class:`~autoseq.SequenceRegistry` on a
-:class:`~autoseq.stores.MongoStore` per ``(db_alias, collection)`` shares
+A [`SequenceRegistry`][autoseq.registry.SequenceRegistry] on a
+[`MongoStore`][autoseq.stores.mongo.MongoStore] per ``(db_alias, collection)`` shares
 mongoengine's client for that alias and serves each sequence's values from
-its :class:`~autoseq.SequenceLock`. When the alias is connected to a new
+its [`SequenceLock`][autoseq.lock.SequenceLock]. When the alias is connected to a new
 client (``disconnect()`` then ``connect()``), the next use builds a new store
 on it.
 """
@@ -21,7 +21,7 @@ from autoseq.stores.mongo import MongoStore
 
 
 class Sequences:
-    """A :class:`~autoseq.SequenceRegistry` per connection alias and collection."""
+    """A `SequenceRegistry` per connection alias and collection."""
 
     def __init__(self) -> None:
         self._registries: RegistryCache[tuple[str, str]] = RegistryCache()

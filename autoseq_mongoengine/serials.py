@@ -1,4 +1,4 @@
-"""``SerialField``: a ``StringField`` filled with an :class:`autoseq.Serial` value when written.
+"""``SerialField``: a ``StringField`` filled with an `autoseq.Serial` value when written.
 
 As ``SequenceField``: ``save()`` / ``objects.create()`` fill an empty serial
 (``pre_save``), ``objects.insert([...])`` fills the whole bulk with one
@@ -6,7 +6,7 @@ As ``SequenceField``: ``save()`` / ``objects.create()`` fill an empty serial
 kept. Serials come from the same ``sys_sequence`` collection as the
 sequences, one row per period.
 
-``gapless=True`` is refused (:func:`autoseq_mongoengine.fields.refuse_gapless`):
+``gapless=True`` is refused (`autoseq_mongoengine.fields.refuse_gapless`):
 mongoengine writes outside any session transaction.
 """
 
@@ -37,7 +37,7 @@ class SerialField(StringField):  # type: ignore[misc]
 
     ``sequence_name`` defaults to ``"<collection>.<field>"``; ``collection_name``
     and ``db_alias`` say where ``sys_sequence`` lives, as for ``SequenceField``.
-    The other keyword arguments are :class:`autoseq.Serial`'s.
+    The other keyword arguments are [`autoseq.Serial`][autoseq.serial.Serial]'s.
     """
 
     def __init__(
@@ -85,7 +85,7 @@ class SerialField(StringField):  # type: ignore[misc]
         return self.sequence_name or f"{owner_base_name(self.owner_document)}.{self.name}"
 
     def serial(self) -> Serial:
-        """The :class:`Serial` serving this field in this process."""
+        """The [`Serial`][autoseq.serial.Serial] serving this field in this process."""
         registry: SequenceRegistry = sequences.registry(self.db_alias, self.collection_name)
         found = self._serials.get(id(registry))
         if found is None or found.registry is not registry:

@@ -2,7 +2,7 @@
 
 Worker ids are leased from the ``sys_worker`` collection beside the field's
 ``sys_sequence`` (same connection alias and database), one generator per
-layout and store. As with :class:`~autoseq_mongoengine.SequenceField`, the
+layout and store. As with [`SequenceField`][autoseq_mongoengine.fields.SequenceField], the
 id is assigned on ``save()`` (``pre_save``), on ``objects.insert([...])``
 (``pre_bulk_insert``) and by ``to_mongo()`` of an unsaved document; reading
 the attribute of an unsaved document gives ``None``. A value the user set is

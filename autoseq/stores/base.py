@@ -68,7 +68,7 @@ MAX_MANY = 10_000_000
 
 
 def check_many(count: object, what: str = "next_many") -> int:
-    """Return ``count`` if it is an int from 0 to :data:`MAX_MANY`, else raise ``InvalidCount``.
+    """Return ``count`` if it is an int from 0 to `MAX_MANY`, else raise ``InvalidCount``.
 
     For the calls that return their values as a list: checked before
     anything is written, so a count too large to hold in memory is refused
@@ -110,11 +110,11 @@ def plan_reservation(row: SequenceConfig, count: int) -> tuple[Block, int]:
 class SequenceStore(Protocol):
     """Where ``sys_sequence`` rows live; a store is one file of autoseq.
 
-    Contract (:mod:`autoseq.testing.contract` checks it against every store):
+    Contract (`autoseq.testing.contract` checks it against every store):
 
     * ``reserve(name, count)`` atomically takes the next ``count`` values
       (fewer only at ``end``) in the store's own transaction, committed before
-      it returns, and returns them as a :class:`Block`. Two reservations,
+      it returns, and returns them as a [`Block`][autoseq.stores.base.Block]. Two reservations,
       from any thread, process or machine, never overlap. It raises
       ``SequenceNotFound``, ``SequenceExhausted`` (no ``cycle``),
       ``StoreUnavailable`` (driver errors, with the cause chained).

@@ -1,7 +1,7 @@
 """Test helpers for users and for autoseq's own suites.
 
-:class:`FlakyStore` is a store you can slow down or cut. The store contract
-suite (pytest) is in :mod:`autoseq.testing.contract`, imported on its own so
+`FlakyStore` is a store you can slow down or cut. The store contract
+suite (pytest) is in `autoseq.testing.contract`, imported on its own so
 that ``import autoseq.testing`` never imports pytest.
 """
 

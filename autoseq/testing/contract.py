@@ -1,7 +1,7 @@
 """The store contract, for pytest: a store proves itself by subclassing these classes.
 
-A test module subclasses :class:`StoreContract` (and
-:class:`MaintenanceContract`) and provides only the ``store`` fixture: a
+A test module subclasses `StoreContract` (and
+`MaintenanceContract`) and provides only the ``store`` fixture: a
 fresh, empty store on its real server. Every behaviour below is then checked
 against that store, as autoseq's own stores are (see ``docs/stores.md``)::
 

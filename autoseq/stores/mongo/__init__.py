@@ -2,7 +2,7 @@
 
 One document per sequence, ``_id`` = the name, beside the row's other fields.
 A reservation is a compare-and-set: compute the block from the row with
-:func:`~autoseq.stores.base.plan_reservation`, then ``find_one_and_update``
+`plan_reservation`, then ``find_one_and_update``
 filtered on the ``current`` (and the settings) it was computed from. The
 update is a single-document write, atomic on any server, committed with
 ``w="majority"`` before a value is handed out, so a failover cannot roll a
@@ -16,7 +16,7 @@ returned image is this reservation's own), otherwise the compare-and-set.
 Either way a block costs one round trip while the row is known; a write that
 matches nothing sends the store back to reading the row.
 
-Every operation runs in an empty :mod:`contextvars` context: a pymongo
+Every operation runs in an empty `contextvars` context: a pymongo
 session the application bound with ``ClientSession.bind()`` (and so its
 transaction) is never picked up, so an application's abort cannot take a
 reserved block back.
@@ -92,7 +92,7 @@ def validate_collection_name(collection: object) -> str:
 
 
 class MongoStore:
-    """A :class:`~autoseq.stores.SequenceStore` on a MongoDB collection.
+    """A [`SequenceStore`][autoseq.stores.base.SequenceStore] on a MongoDB collection.
 
     ``client_or_url_or_database`` is a ``mongodb://`` URL (the store opens
     and owns its client; the URL names the database unless ``database``
@@ -206,7 +206,7 @@ class MongoStore:
         """Run ``operation`` outside any bound session, translating driver errors.
 
         ``op`` names the store operation (``"reserve"``...) and ``what`` says
-        it in words, for :class:`StoreUnavailable`.
+        it in words, for [`StoreUnavailable`][autoseq.errors.StoreUnavailable].
         """
 
         def bounded() -> _T:

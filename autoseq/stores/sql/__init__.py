@@ -118,7 +118,7 @@ SERVING_WAIT = 1.0
 
 
 class SQLStore:
-    """A :class:`~autoseq.stores.SequenceStore` on any SQLAlchemy Core database.
+    """A [`SequenceStore`][autoseq.stores.base.SequenceStore] on any SQLAlchemy Core database.
 
     ``engine_or_url`` names the application's database; the store opens its
     own small engine on it, so a reservation never uses (or waits for) one of
@@ -567,7 +567,7 @@ class SQLStore:
         negative (so no sum can overflow) and with ``count`` values left
         before ``end``. Anything else (a missing row, the last values
         before ``end``, a cycle, a row edited into an impossible state)
-        returns ``None`` untouched, for :meth:`_reserve_under_row_lock` to
+        returns ``None`` untouched, for `_reserve_under_row_lock` to
         handle or refuse. ``None`` too where the database has no
         ``UPDATE ... RETURNING`` (MariaDB, SQLite before 3.35).
         """

@@ -44,7 +44,7 @@ _IDENTITY = (
 
 
 def validate_synchronous_commit(value: object) -> str | None:
-    """Return ``value`` if it is a level of :data:`SYNCHRONOUS_COMMIT` or None, else raise."""
+    """Return ``value`` if it is a level of `SYNCHRONOUS_COMMIT` or None, else raise."""
     if value is None or value in SYNCHRONOUS_COMMIT:
         return value
     raise InvalidSequenceConfig(

@@ -98,7 +98,7 @@ def sequence_table(
 ) -> sa.Table:
     """The ``sys_sequence`` table as SQLAlchemy Core sees it (the schema every store shares).
 
-    ``raw_flags``: read ``batch`` and ``cycle`` as stored (:class:`StoredFlag`),
+    ``raw_flags``: read ``batch`` and ``cycle`` as stored (`StoredFlag`),
     for code that builds ``SequenceConfig.from_row`` from them, which refuses
     a hand edit; the DDL is the same. Off for an application's metadata, so
     Alembic renders the columns as plain ``sa.Boolean()``.
