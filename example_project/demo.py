@@ -205,7 +205,7 @@ def run_django(data_dir: str, processes: int, orders: int) -> bool:
             f"    {row.name:<34} current={row.current:<8} step={row.step} "
             f"batch_count={row.batch_count}"
         )
-    print(f"  reservations: {reservations} (blocks of 200 and 500 values)")
+    show_reservations(reservations, ids, processes)
     gapless = show_serials(references, invoices, rolled_back)
     workers_used = sorted({decode(value).worker for value in shipments})
     print(
@@ -219,6 +219,25 @@ def run_django(data_dir: str, processes: int, orders: int) -> bool:
         and gapless
         and rows == len(ids)
         and Shipment.objects.count() == len(shipments)
+    )
+
+
+def show_reservations(reservations: int, ids: list[int], processes: int) -> None:
+    """Why ``current`` runs ahead of the rows: blocks grow, and unused ones are skipped."""
+    from autoseq_django.models import SysSequence
+    from example_project.orders.models import Order
+
+    row = SysSequence.objects.get(name=Order._meta.db_table)
+    reserved = row.current - row.start
+    print(
+        f"  reservations: {reservations} in all; a block starts at batch_count values "
+        "and grows with the insert rate"
+    )
+    print(
+        f"  {row.name}: {len(ids):,} keys used (largest {max(ids):,}) of {reserved:,} "
+        f"reserved; the other {reserved - len(ids):,} are blocks the {processes} processes "
+        "still held when they stopped (another had reserved after them, so they could not "
+        "be handed back): skipped, never reused"
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -31,3 +32,25 @@ def test_example_project_runs_clean() -> None:
     assert "order references (daily serial, from blocks): 600" in result.stdout
     assert "gaps: none" in result.stdout
     assert "/admin/orders/invoice/ 200" in result.stdout
+    assert_reservations_add_up(result.stdout, orders=600)
+
+
+def number(text: str) -> int:
+    return int(text.replace(",", ""))
+
+
+def assert_reservations_add_up(output: str, orders: int) -> None:
+    """The example explains ``current``: keys used plus blocks skipped is what was reserved."""
+    current = re.search(r"orders_order\s+current=(\d+)", output)
+    explained = re.search(
+        r"orders_order: ([\d,]+) keys used \(largest ([\d,]+)\) of ([\d,]+) reserved; "
+        r"the other ([\d,]+) are blocks",
+        output,
+    )
+    assert current, output
+    assert explained, output
+    used, largest, reserved, other = (number(g) for g in explained.groups())
+    assert used == orders
+    assert reserved == int(current.group(1)) - 1  # the sequence starts at 1
+    assert used + other == reserved
+    assert largest <= reserved
