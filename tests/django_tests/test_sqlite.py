@@ -266,3 +266,27 @@ def test_gapless_rows_of_a_sqlite_file_are_queried_listed_and_set() -> None:
     out = io.StringIO()
     call_command("autoseq", "set", name, str(last + 51), database="sqlite", stdout=out)
     assert out.getvalue() == f"{name!r}: current {last + 51}, unchanged\n"
+
+
+@pytest.mark.django_db(databases=FILE_DATABASES)
+def test_sequence_keys_are_the_sqlite_rowid() -> None:
+    """A SequenceField key and a SequenceAutoField are ``integer PRIMARY KEY``: the rowid."""
+    from django_tests.switch.models import Widget
+
+    connection = connections["sqlite"]
+    for model in (Order, Widget):
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT sql FROM sqlite_master WHERE name = %s", [model._meta.db_table])
+            ddl = cursor.fetchone()[0]
+            cursor.execute(
+                "SELECT count(*) FROM sqlite_master WHERE type = 'index' AND tbl_name = %s",
+                [model._meta.db_table],
+            )
+            indexes = cursor.fetchone()[0]
+        assert '"id" integer NOT NULL PRIMARY KEY' in ddl
+        assert indexes == 0  # a bigint key would add sqlite_autoindex_<table>_1
+    orders = Order.objects.using("sqlite").bulk_create([Order() for _ in range(5)])
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT rowid, id FROM {Order._meta.db_table}")
+        pairs = sorted(cursor.fetchall())
+    assert pairs == sorted((order.pk, order.pk) for order in orders)
