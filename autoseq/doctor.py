@@ -574,7 +574,7 @@ def metadata_columns(store: SequenceStore, spec: str) -> list[ColumnUse]:
     return found
 
 
-#: Moved to :mod:`autoseq.cli.doctor` (the library never imports the CLI).
+#: Moved to `autoseq.cli.doctor` (the library never imports the CLI).
 _MOVED_TO_CLI = ("HELP", "configure_cli", "run_cli")
 
 

@@ -50,7 +50,7 @@ Every metric has a ``store`` label (the store's URL without a password, as
 Under gunicorn and other pre-fork servers, set ``PROMETHEUS_MULTIPROC_DIR``
 (prometheus_client's multi-process mode) and call
 ``prometheus_client.multiprocess.mark_process_dead`` in ``child_exit``: each
-worker then writes its figures to that directory and :func:`wsgi_app`
+worker then writes its figures to that directory and [`wsgi_app`][autoseq.metrics.wsgi_app]
 serves the sum over workers, whichever answers (docs/operations.md).
 
 This module imports prometheus_client; ``import autoseq`` never imports it.
@@ -568,7 +568,8 @@ def install(
     With ``PROMETHEUS_MULTIPROC_DIR`` set (gunicorn and other pre-fork
     servers), each process also writes its stats() figures to that
     directory every ``publish_interval`` seconds, so a scrape of any worker
-    adds up every worker: serve :func:`wsgi_app` or :func:`scrape_registry`.
+    adds up every worker: serve [`wsgi_app`][autoseq.metrics.wsgi_app] or
+    [`scrape_registry`][autoseq.metrics.scrape_registry].
     """
     target = REGISTRY if registry is None else registry
     with _install_guard:

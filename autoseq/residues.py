@@ -6,7 +6,7 @@ hands out ``start + i*step, start + (i+n)*step, ...`` (a ``SequenceConfig``
 with ``start`` offset by ``i*step`` and ``step * n``), as tinyid's
 delta/remainder does. No value can come from two stores, whatever each
 store does, so a store may be down, lag or fail over without the others
-knowing. :func:`check_disjoint` proves a set of configurations disjoint
+knowing. [`check_disjoint`][autoseq.residues.check_disjoint] proves a set of configurations disjoint
 before they are used.
 """
 

@@ -7,7 +7,7 @@ created on first use, so the counter restarts each period on every store and
 a block reserved in one period can never be served in the next: it belongs
 to another row. Values come from a [`SequenceLock`][autoseq.lock.SequenceLock] (blocks in
 memory), or with ``gapless=True`` one at a time inside the caller's
-transaction ([`autoseq.gapless`][autoseq.gapless]).
+transaction ([`autoseq.stores.sql.gapless`][autoseq.stores.sql.gapless]).
 """
 
 from __future__ import annotations
@@ -659,7 +659,7 @@ class Serial:
 def _gapless_module(store: object, name: str) -> GaplessEngine:
     """The engine taking gapless values on ``store``, or ``GaplessUnavailable``.
 
-    Asked of the store (:class:`~autoseq.stores.capabilities.GaplessNumbering`),
+    Asked of the store ([`GaplessNumbering`][autoseq.stores.capabilities.GaplessNumbering]),
     so neither SQLAlchemy nor pymongo is imported for a store that does not
     already use it, and a subclass of a store keeps the capability.
     """

@@ -8,7 +8,7 @@ insert path that gives ``SequenceField`` its values gives a serial its own
 default one row at a time). A value the user set is kept. With ``gapless=True`` the
 values are taken at flush or insert on the session's or statement's own
 connection, several serials in one flush in name order
-([`autoseq.gapless.lock_order`][autoseq.gapless.lock_order]).
+([`autoseq.stores.sql.gapless.lock_order`][autoseq.stores.sql.gapless.lock_order]).
 """
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ def gapless_sequence_field(
 
     The sequence (default: the table's name) is a row like any other; each
     value is taken at flush or insert on the session's or statement's own
-    connection, as gapless serials are ([`autoseq.gapless`][autoseq.gapless]).
+    connection, as gapless serials are ([`autoseq.stores.sql.gapless`][autoseq.stores.sql.gapless]).
     """
     spec = SerialSpec("{n}", sequence, start=start, step=step, gapless=True, integer=True)
     kwargs = _column_kwargs(spec, mapped_column_kwargs)

@@ -1,4 +1,4 @@
-"""Deprecated: moved to :mod:`autoseq.cli.snowflake` (the CLI is a package, issue 32).
+"""Deprecated: moved to `autoseq.cli.snowflake` (the CLI is a package, issue 32).
 
 Every name still resolves here for one release, with a ``DeprecationWarning``.
 """

@@ -1293,7 +1293,7 @@ def include_worker_table(metadata: sa.MetaData, name: str = "sys_worker") -> sa.
     would otherwise propose ``drop_table`` for it, and running that under
     live generators costs every one of them its lease). The name is
     ``sys_worker`` beside ``sys_sequence``, else ``<table>_worker``
-    (`autoseq.workers.sql.worker_table_name`).
+    (`autoseq.stores.sql.workers.worker_table_name`).
     """
     return _include(metadata, "worker", name, "sys_worker", _worker_table)
 

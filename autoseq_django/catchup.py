@@ -81,7 +81,7 @@ def note(field: SequenceField, alias: str, value: int) -> None:
 
 
 def note_written(field: SequenceField, alias: str, value: int) -> None:
-    """Like :func:`note`, once the statement being compiled runs (``guard_inserts``).
+    """Like `note`, once the statement being compiled runs (``guard_inserts``).
 
     A bulk whose first INSERT takes the values of the whole bulk takes them
     before that statement's given keys count: moved past those first, its

@@ -181,11 +181,11 @@ class Sequence:
         self.gapless = gapless
 
     def get_last_value(self) -> int | None:
-        """The last value (see :func:`get_last_value`)."""
+        """The last value (see `get_last_value`)."""
         return get_last_value(self.sequence_name, using=self.using, gapless=self.gapless)
 
     def get_next_value(self, *, nowait: bool = False) -> int:
-        """The next value (see :func:`get_next_value`)."""
+        """The next value (see `get_next_value`)."""
         return get_next_value(
             self.sequence_name,
             self.initial_value,
@@ -196,7 +196,7 @@ class Sequence:
         )
 
     def get_next_values(self, batch_size: int, *, nowait: bool = False) -> list[int]:
-        """``batch_size`` next values (see :func:`get_next_values`)."""
+        """``batch_size`` next values (see `get_next_values`)."""
         return get_next_values(
             batch_size,
             self.sequence_name,
@@ -208,7 +208,7 @@ class Sequence:
         )
 
     def delete(self) -> bool:
-        """Delete the row (see :func:`delete`)."""
+        """Delete the row (see `delete`)."""
         return delete(self.sequence_name, using=self.using, gapless=self.gapless)
 
     def __iter__(self) -> Iterator[int]:

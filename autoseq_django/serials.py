@@ -4,7 +4,8 @@ The value is taken when the INSERT is compiled (``save()``, ``create()``,
 ``bulk_create()``), never when an instance is built, from the sequence
 database of the connection running it. A value the user set is kept. With
 ``gapless=True`` the number is taken on Django's own connection, inside the
-caller's ``atomic()`` block, with the statements of [`autoseq.gapless`][autoseq.gapless]:
+caller's ``atomic()`` block, with the statements of
+[`autoseq.stores.sql.gapless`][autoseq.stores.sql.gapless]:
 the row stays locked until that block's transaction ends, a rollback gives
 the number back, and autocommit outside ``atomic()`` is refused.
 """
@@ -348,7 +349,7 @@ def shares_transaction(connection: BaseDatabaseWrapper) -> bool:
     Yes when the alias holds its own sequences, and on SQLite when they live
     in the file's companion (``AUTOSEQ["DATABASE"]`` naming its
     ``sqlite_companion`` alias): gapless rows are then kept in the
-    application's file itself (``autoseq.gapless.sqlite_table``), never in
+    application's file itself (``autoseq.stores.sql.gapless.sqlite_table``), never in
     the companion, so one commit covers the number and the row.
     """
     if sequences.sequence_database(connection.alias) == connection.alias:
@@ -365,8 +366,9 @@ class _Plan:
 
     Checked against ``conf.get()`` and ``sequences.generation()``, both renewed
     by any change to AUTOSEQ, DATABASES or DATABASE_ROUTERS. ``single`` is the
-    SQL of [`autoseq.gapless.single_statement`][autoseq.gapless.single_statement] for this
-    connection's cursor (None on SQLite, whose rows are made in the caller's transaction).
+    SQL of [`single_statement`][autoseq.stores.sql.gapless.single_statement] for
+    this connection's cursor (None on SQLite, whose rows are made in the caller's
+    transaction).
     """
 
     __slots__ = (
@@ -578,7 +580,10 @@ _module: list[Any] = []
 
 
 def _gapless() -> Any:
-    """[`autoseq.gapless`][autoseq.gapless], imported on first use (it imports SQLAlchemy)."""
+    """[`autoseq.stores.sql.gapless`][autoseq.stores.sql.gapless], imported on first use.
+
+    It imports SQLAlchemy.
+    """
     if not _module:
         from autoseq.stores.sql import gapless
 
@@ -728,8 +733,8 @@ def restart_untouched_row(config: SequenceConfig, connection: BaseDatabaseWrappe
     from it (version 0, current at start); True when it was rewritten.
 
     A row is created outside the caller's transaction on a server (see
-    :func:`autoseq.gapless.take_with`), so a rollback leaves it behind,
-    untouched; the next caller's ``initial_value`` / ``reset_value`` are
+    [`take_with`][autoseq.stores.sql.gapless.take_with]), so a rollback leaves it
+    behind, untouched; the next caller's ``initial_value`` / ``reset_value`` are
     what django-sequences would have created it with.
     """
     from django.db import DatabaseError

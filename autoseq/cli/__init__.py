@@ -1,10 +1,10 @@
 """``autoseq``: look after ``sys_sequence`` rows from the command line.
 
-The command line is a package the library never imports: :mod:`autoseq.cli.app`
-holds the parser, :func:`register`, opening a store from ``--url`` and the
-sequence subcommands; :mod:`autoseq.cli.snowflake` and :mod:`autoseq.cli.doctor`
-add theirs (doctor's checks are the library module :mod:`autoseq.doctor`).
-``python -m autoseq.cli`` and the ``autoseq`` console script run :func:`main`.
+The command line is a package the library never imports: `autoseq.cli.app`
+holds the parser, `register`, opening a store from ``--url`` and the
+sequence subcommands; `autoseq.cli.snowflake` and `autoseq.cli.doctor`
+add theirs (doctor's checks are the library module [`autoseq.doctor`][autoseq.doctor]).
+``python -m autoseq.cli`` and the ``autoseq`` console script run `main`.
 """
 
 from __future__ import annotations

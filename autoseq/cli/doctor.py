@@ -1,4 +1,4 @@
-"""``autoseq doctor``: the command line of :mod:`autoseq.doctor`."""
+"""``autoseq doctor``: the command line of [`autoseq.doctor`][autoseq.doctor]."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The snowflake subcommands of ``autoseq``: ``snowflake decode VALUE`` and ``workers``.
 
-Registered by :mod:`autoseq.cli` when it loads (it passes its ``register``,
+Registered by `autoseq.cli` when it loads (it passes its ``register``,
 so this module never imports the half-loaded CLI module).
 """
 

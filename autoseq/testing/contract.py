@@ -493,7 +493,7 @@ def _now_ms() -> int:
 
 
 def check_worker_leases(leases: Any) -> None:
-    """The lease rules of :class:`~autoseq.workers.WorkerLeases` on one store."""
+    """The lease rules of `WorkerLeases` on one store."""
     now = _now_ms()
     first = leases.acquire_worker("ids", "a", 2, now, 60_000)
     second = leases.acquire_worker("ids", "b", 2, now, 60_000)

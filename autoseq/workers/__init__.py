@@ -90,7 +90,7 @@ class WorkerLeases(Protocol):
     * ``claim_layout(name, layout, now_ms, wait_ms)`` records ``layout`` as
       ``name``'s unless a layout is recorded already (atomically: of two
       claims at once one wins) and returns the recorded layout row (see
-      :func:`layout_row`); a row it writes is ready ``wait_ms`` after ``now_ms``.
+      `layout_row`); a row it writes is ready ``wait_ms`` after ``now_ms``.
     * ``list_workers(name=None, *, layouts=False)`` every lease row (of one
       name), by name and id; layout rows only with ``layouts=True``.
     * Driver errors raise ``StoreUnavailable``.
@@ -208,8 +208,8 @@ class MemoryWorkers:
 def worker_leases(store: Any) -> WorkerLeases:
     """The lease operations for ``store``, kept beside its ``sys_sequence``.
 
-    A store that implements :class:`WorkerLeases` itself is used as is; a
-    store with the :class:`~autoseq.stores.capabilities.LeasesWorkers`
+    A store that implements `WorkerLeases` itself is used as is; a
+    store with the [`LeasesWorkers`][autoseq.stores.capabilities.LeasesWorkers]
     capability (every autoseq store, and any subclass of one) gives its own,
     one per store object, so a process shares one table handle.
     """

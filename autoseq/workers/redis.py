@@ -1,4 +1,4 @@
-"""Deprecated: moved to :mod:`autoseq.stores.redis.workers`, beside its store (issue 32).
+"""Deprecated: moved to `autoseq.stores.redis.workers`, beside its store (issue 32).
 
 Every name still resolves here for one release, with a ``DeprecationWarning``.
 """

@@ -686,7 +686,7 @@ def validate_write_concern(value: object) -> str | int:
 
 
 def validate_read_concern(value: object) -> str | None:
-    """``value`` if it is one of :data:`READ_CONCERNS` or None, else raise."""
+    """``value`` if it is one of `READ_CONCERNS` or None, else raise."""
     if value is None or (isinstance(value, str) and value in READ_CONCERNS):
         return value
     raise InvalidSequenceConfig(

@@ -31,7 +31,7 @@ def worker_collection_name(sequence_collection: str) -> str:
 
 
 class MongoWorkers:
-    """:class:`~autoseq.workers.WorkerLeases` on a ``MongoStore``'s database."""
+    """`WorkerLeases` on a ``MongoStore``'s database."""
 
     def __init__(self, store: MongoStore, collection: str | None = None) -> None:
         self.store = store

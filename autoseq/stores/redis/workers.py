@@ -109,7 +109,7 @@ _ERRORS = (redis.RedisError, RedisClusterException)
 
 
 class RedisWorkers:
-    """:class:`~autoseq.workers.WorkerLeases` on a ``RedisStore``'s server."""
+    """`WorkerLeases` on a ``RedisStore``'s server."""
 
     def __init__(self, store: RedisStore) -> None:
         self.store = store

@@ -1,7 +1,7 @@
 """Reading the application's own tables: ``max()`` of an integer column.
 
 ``autoseq sync``, ``doctor --column`` and the SQLAlchemy integration's floor
-for a new row read it through :meth:`SQLStore.column_max`.
+for a new row read it through `SQLStore.column_max`.
 """
 
 from __future__ import annotations

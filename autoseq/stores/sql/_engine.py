@@ -42,7 +42,7 @@ def make_engine(
     ``connect_args`` are the caller's options, over the store's own;
     ``creator`` (an application engine's own way to connect) replaces both.
     No pre-ping: a connection idle a while is pinged at checkout, a busy
-    one is not (see :func:`_ping_when_idle`).
+    one is not (see `_ping_when_idle`).
     """
     sqlite = url.get_backend_name() == "sqlite"
     if sqlite:

@@ -192,7 +192,8 @@ def take_with(
     count: int,
     floor: Callable[[], int | None] | None = None,
 ) -> list[int]:
-    """The statements of :func:`take`, run by ``run`` in the caller's transaction.
+    """The statements of [`take`][autoseq.stores.sql.gapless.take], run by ``run`` in the caller's
+    transaction.
 
     Shared by the SQLAlchemy path and ``autoseq_django``, which runs the
     same statements on Django's cursor. ``floor`` returns the largest key
@@ -269,7 +270,7 @@ def _guarded_statements(table: sa.Table, dialect: str) -> tuple[Any, bool]:
     run: constants written into the SQL, and the time stamp taken by the
     server (a time stamp sent as text is parsed on every call, which on
     PostgreSQL costs as much again as the rest of the statement).
-    Anything else goes to :func:`_update_locked`.
+    Anything else goes to `_update_locked`.
 
     PostgreSQL and SQLite return ``current`` and ``step`` from the
     ``UPDATE``. MariaDB/MySQL have no ``UPDATE ... RETURNING``: the new
@@ -331,7 +332,7 @@ _single: dict[tuple[sa.Table, str], tuple[Any, bool]] = {}
 def single_statement(table: sa.Table, dialect: str) -> tuple[Any, bool]:
     """The update taking one value of a row whose ``step`` is 1, and whether it returns its row.
 
-    What :func:`autoseq.stores.base.plan_reservation` does for such a row,
+    What `autoseq.stores.base.plan_reservation` does for such a row,
     in short hand-written SQL (it is parsed and planned on every call,
     inside the caller's transaction): with a step of 1 every ``current`` is
     aligned, and the value is ``current`` itself exactly when ``start <=
@@ -341,9 +342,9 @@ def single_statement(table: sa.Table, dialect: str) -> tuple[Any, bool]:
     goes to the locked path, which refuses what it cannot read.
 
     A caller running it directly (``autoseq_django``'s one-value take) does
-    so only for a row :func:`row_known` vouches for, and goes to
-    :func:`take_with` whenever it matches nothing. The new ``current`` comes
-    back as the first column (PostgreSQL, SQLite) or, on MariaDB/MySQL, as
+    so only for a row [`row_known`][autoseq.stores.sql.gapless.row_known] vouches for, and
+    goes to [`take_with`][autoseq.stores.sql.gapless.take_with] whenever it matches nothing.
+    The new ``current`` comes back as the first column (PostgreSQL, SQLite) or, on MariaDB/MySQL, as
     the cursor's ``lastrowid``; the value taken is one less.
     """
     key = (table, dialect)
@@ -385,8 +386,9 @@ def forget_row(store: SQLStore, name: str) -> None:
 def row_known(store: SQLStore, name: str) -> bool:
     """Whether this process created or found row ``name`` of ``store`` (a server store).
 
-    Until it is, :func:`take_with` must run first: it creates a missing row
-    outside the caller's transaction, before that transaction touches the table.
+    Until it is, [`take_with`][autoseq.stores.sql.gapless.take_with] must run first: it
+    creates a missing row outside the caller's transaction, before that transaction
+    touches the table.
     """
     known = _created.get(store)
     return known is not None and name in known

@@ -45,7 +45,7 @@ def worker_table(name: str = "sys_worker", metadata: sa.MetaData | None = None) 
 
 
 class SQLWorkers:
-    """:class:`~autoseq.workers.WorkerLeases` on a ``SQLStore``'s database."""
+    """`WorkerLeases` on a ``SQLStore``'s database."""
 
     def __init__(self, store: SQLStore, table: str | None = None) -> None:
         self.store = store
