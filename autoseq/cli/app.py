@@ -8,7 +8,7 @@
 
 ``URL`` is a SQLAlchemy URL, ``mongodb://host/db``, ``redis://host/db`` or
 ``redis+cluster://host:port[,host:port...]`` (a Redis Cluster);
-every write goes through :mod:`autoseq.maintenance` (a compare-and-set on
+every write goes through [`autoseq.maintenance`][autoseq.maintenance] (a compare-and-set on
 the row's version).
 
 Bad input gets one line on stderr and exit status 2, with nothing written
@@ -18,7 +18,7 @@ URL scheme or driver autoseq cannot use); a store that fails (server down,
 ``$AUTOSEQ_URL``. Only the standard library and the core are imported up
 front; SQLAlchemy is imported by the commands that use it.
 
-Other packages add subcommands with :func:`register`, from a function listed
+Other packages add subcommands with `register`, from a function listed
 under the ``autoseq.cli`` entry-point group (called with no arguments).
 """
 
@@ -335,10 +335,10 @@ def add_setting_arguments(
 ) -> None:
     """Add ``--start``, ``--batch-count``, ``--cycle/--no-cycle`` ... for ``names``.
 
-    Built from :data:`autoseq.config.SETTINGS`. With ``defaults`` an option
+    Built from `autoseq.config.SETTINGS`. With ``defaults`` an option
     left out takes the setting's default (a new row); without, it is None,
     "not given" (a change, or a default from elsewhere: read them with
-    :func:`given_settings`). ``notes`` adds to a setting's help.
+    `given_settings`). ``notes`` adds to a setting's help.
     """
     for name in names:
         setting = SETTINGS_BY_NAME[name]

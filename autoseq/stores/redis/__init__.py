@@ -20,8 +20,9 @@ whose row is missing is skipped.
 Stores of autoseq 0.1.0 kept every key under one tag (``{P}:seq:<name>``,
 ``{P}:worker:<name>``). A row or lease hash found under that old name is
 still used where it is (on a single server; a cluster never had them), so
-processes of both versions can run side by side; :meth:`RedisStore.migrate_keys`
-moves them to their own slots once every process runs this version.
+processes of both versions can run side by side;
+[`RedisStore.migrate_keys`][autoseq.stores.redis.RedisStore.migrate_keys] moves them to
+their own slots once every process runs this version.
 
 A reservation is one ``EVALSHA``. Redis's Lua (5.1) computes in doubles,
 exact only below 2**53, while a row holds 64-bit values; so the script only
@@ -248,7 +249,7 @@ def validate_prefix(prefix: object) -> str:
 
 
 class RedisStore:
-    """A :class:`~autoseq.stores.SequenceStore` keeping rows in Redis hashes.
+    """A [`SequenceStore`][autoseq.stores.base.SequenceStore] keeping rows in Redis hashes.
 
     ``client_or_url`` is a ``redis.Redis``, a ``redis.cluster.RedisCluster``,
     a ``redis://`` URL or a ``redis+cluster://host:port[,host:port...]`` URL
@@ -269,7 +270,7 @@ class RedisStore:
     again. ``None`` (the default) waits for as many replicas as that primary
     has been seen to have connected (``INFO replication``), and for one when
     none is but the primary kept a replication backlog for one lately (a
-    replica that just dropped off; see :func:`expected_replicas`), so a
+    replica that just dropped off; see `expected_replicas`), so a
     replicated Redis is covered without configuration and a lone one costs
     nothing; ``0`` never waits. On a cluster this holds per shard.
     """
@@ -385,10 +386,13 @@ class RedisStore:
     def resolve_key(self, name: str, kind: str = "seq") -> str:
         """The key this store uses for ``name``: the legacy one while data is kept there.
 
-        On a single server a hash under :meth:`legacy_key` (and none under
-        :meth:`key`) is used where it is, so older processes sharing it keep
-        working; asked once per name and process, and again when the legacy
-        hash is gone (:meth:`migrate_keys`). Call inside an error translation.
+        On a single server a hash under
+        [`legacy_key`][autoseq.stores.redis.RedisStore.legacy_key] (and none under
+        [`key`][autoseq.stores.redis.RedisStore.key]) is used where it is, so older
+        processes sharing it keep working; asked once per name and process, and
+        again when the legacy hash is gone
+        ([`migrate_keys`][autoseq.stores.redis.RedisStore.migrate_keys]). Call inside an
+        error translation.
         """
         cached = self._keys.get((name, kind))
         if cached is not None:
@@ -995,7 +999,7 @@ class RedisStore:
 
 
 class Replication:
-    """What a :class:`RedisStore` knows of its primaries' replicas, and what it waits for.
+    """What a `RedisStore` knows of its primaries' replicas, and what it waits for.
 
     Per primary (its address; '' on one server): its replication id and the
     most replicas seen connected to it. ``replicas`` fixed, or ``None``:
