@@ -2,15 +2,15 @@
 
 Serving follows Meituan Leaf's segment mode: values come from the current
 block; once a share of it is used, a worker of the process's shared pool
-(:mod:`autoseq.prefetch`, a few threads for every sequence) reserves the
+(`autoseq.prefetch`, a few threads for every sequence) reserves the
 next block, so the switch to it does not wait on the store. Block sizes adapt to
 the consumption rate, store outages are ridden out on what is buffered, and
 ``close()`` hands an untouched tail back to the store.
 
-The parts: :class:`autoseq.buffer.Buffer` keeps the blocks in hand (pure
-bookkeeping), :class:`autoseq.pacing.BlockSizer` and
-:class:`autoseq.pacing.Backoff` decide how much to reserve and when to try
-again, and :class:`SequenceLock` owns the lock, its condition variable, the
+The parts: `autoseq.buffer.Buffer` keeps the blocks in hand (pure
+bookkeeping), `autoseq.pacing.BlockSizer` and
+`autoseq.pacing.Backoff` decide how much to reserve and when to try
+again, and [`SequenceLock`][autoseq.lock.SequenceLock] owns the lock, its condition variable, the
 store round trips and the prefetch task it hands the pool.
 
 The fast path takes no lock where the interpreter has a GIL: the values
@@ -19,8 +19,8 @@ point, or the block's end) sit in a ``range`` iterator, and advancing it is
 one C call, atomic under the GIL, so two threads can never get one value.
 The lock is taken to switch blocks. Whoever holds the lock and needs to
 know exactly what is still unserved first swaps the iterator out and
-ends it (:meth:`SequenceLock._settle`), counting what it had left in one
-C call whatever the block's size (:func:`autoseq.buffer.cut`): every value
+ends it (`SequenceLock._settle`), counting what it had left in one
+C call whatever the block's size (`autoseq.buffer.cut`): every value
 then belongs either to a caller that took it or to the count, never to
 both, and threads that meet the slow path one after another each pay a
 constant cost. Without a GIL (free-threaded builds) the iterator is
@@ -71,14 +71,14 @@ log = logging.getLogger("autoseq")
 
 @dataclass(frozen=True, slots=True)
 class BufferPolicy:
-    """How a :class:`SequenceLock` buffers values; not part of the stored row.
+    """How a [`SequenceLock`][autoseq.lock.SequenceLock] buffers values; not part of the stored row.
 
     ``prefetch_at``: share of the current block used before the next one is
     reserved in the background (Leaf uses 0.1). ``block_seconds``: how long
     a block should last at the rate values were taken lately; each
     reservation is sized for that (at most 16 times the previous size up,
     a quarter of it down), never below ``batch_count`` nor above
-    ``max_batch_count`` (``None``: :data:`DEFAULT_MAX_BATCH_COUNT`, 2**24,
+    ``max_batch_count`` (``None``: `DEFAULT_MAX_BATCH_COUNT`, 2**24,
     about one reservation a second for a process taking values at full
     speed; Leaf caps at 1,000,000; equal to batch_count turns growth off).
     Larger blocks mean fewer round trips, but a SIGKILLed process skips
@@ -141,7 +141,7 @@ _FENCE_TRIES = 5
 
 @dataclass(slots=True)
 class _Tally:
-    """What happened so far, for :meth:`SequenceLock.stats`."""
+    """What happened so far, for [`SequenceLock.stats`][autoseq.lock.SequenceLock.stats]."""
 
     reservations: int = 0
     reserved_values: int = 0
@@ -249,7 +249,7 @@ class SequenceLock:
         """Stop the fast path and make the buffer exact (lock held).
 
         The iterator is swapped out before the buffer ends it; see
-        :meth:`autoseq.buffer.Buffer.settle`.
+        `autoseq.buffer.Buffer.settle`.
         """
         if self._buffer.fast_stop is None:
             return
@@ -557,7 +557,7 @@ class SequenceLock:
     # prefetch, on the shared pool ---------------------------------------------
 
     def _prefetch(self, ticket: object) -> None:
-        """Reserve the next block on a worker of :func:`autoseq.prefetch.shared`.
+        """Reserve the next block on a worker of `autoseq.prefetch.shared`.
 
         Does nothing when ``ticket`` is no longer the one queued: a caller
         took the task back and reserved inline, or the lock closed.
@@ -638,7 +638,7 @@ class SequenceLock:
         (compare-and-set on ``current``), so a restart continues without a gap.
         ``wait=False`` does not wait for a reservation in flight (and then
         hands nothing back, since the store may be ahead of what is known).
-        To close many locks within one deadline, use :func:`close_locks`.
+        To close many locks within one deadline, use `close_locks`.
         """
         tail = self.stop(wait_until=time.monotonic() + self.policy.wait_timeout if wait else 0.0)
         if not release or tail is None:
@@ -669,7 +669,10 @@ class SequenceLock:
         return tail
 
     def hand_back(self, tail: Block) -> bool:
-        """Compare-and-set ``tail`` back to the store (after :meth:`stop`); True if it went."""
+        """Compare-and-set ``tail`` back to the store; True if it went.
+
+        Called after [`stop`][autoseq.lock.SequenceLock.stop].
+        """
         released = self.store.release(tail)
         if released:
             signals.block_released.send(self, name=self.name, first=tail.first, count=tail.count)

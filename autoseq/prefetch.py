@@ -1,18 +1,18 @@
 """One small pool of threads reserves the next block of every sequence of a process.
 
-A :class:`autoseq.lock.SequenceLock` past its prefetch point hands a task to
-:func:`shared`, the process's pool: at most :data:`MAX_WORKERS` daemon
-threads (:data:`DEFAULT_WORKERS` unless :func:`configure` says otherwise),
+A [`autoseq.lock.SequenceLock`][autoseq.lock.SequenceLock] past its prefetch point hands a task to
+`shared`, the process's pool: at most `MAX_WORKERS` daemon
+threads (`DEFAULT_WORKERS` unless `configure` says otherwise),
 started as tasks arrive and kept for the life of the process, whatever the
 number of sequences (Meituan Leaf and CosId serve every segment of a
 process from one executor likewise). Ten thousand sequences then cost a
 handful of threads, not ten thousand.
 
-Why not :class:`concurrent.futures.ThreadPoolExecutor`: its workers are not
+Why not `concurrent.futures.ThreadPoolExecutor`: its workers are not
 daemon threads and the interpreter joins them at exit, so a prefetch stuck
 on a stalled store would hold exit up; and when a worker cannot start
 (``RuntimeError: can't start new thread`` under a process limit) the task
-stays queued with no thread to run it. Here :meth:`PrefetchPool.submit`
+stays queued with no thread to run it. Here `PrefetchPool.submit`
 says False when no worker exists and none could start, and the caller then
 reserves inline when its block runs out: serving goes on, nothing waits
 on a task that will never run.
@@ -20,7 +20,7 @@ on a task that will never run.
 A slow store holds one worker per sequence waiting on it. With more such
 sequences than workers, the others' tasks wait in the queue; a caller
 whose block runs out while its task is still queued takes the task back
-and reserves inline (:meth:`autoseq.lock.SequenceLock._reserve_now`), so it
+and reserves inline (`autoseq.lock.SequenceLock._reserve_now`), so it
 waits on its own store's round trip, never on another sequence's store.
 
 After ``fork()`` the child starts with an empty pool (the parent's threads
@@ -44,7 +44,7 @@ __all__ = ["DEFAULT_WORKERS", "MAX_WORKERS", "PrefetchPool", "configure", "share
 
 log = logging.getLogger("autoseq")
 
-#: Threads of the shared pool unless :func:`configure` says otherwise.
+#: Threads of the shared pool unless `configure` says otherwise.
 DEFAULT_WORKERS = 4
 #: The most threads a pool may have: issue 34 asks for at most 8 in all.
 MAX_WORKERS = 8
@@ -159,7 +159,7 @@ def shared() -> PrefetchPool:
 def configure(workers: int | None = None) -> PrefetchPool:
     """The process's pool, made if missing, resized to ``workers`` threads if given.
 
-    ``workers``: 1 to :data:`MAX_WORKERS` (default :data:`DEFAULT_WORKERS`).
+    ``workers``: 1 to `MAX_WORKERS` (default `DEFAULT_WORKERS`).
     """
     global _shared
     with _shared_guard:

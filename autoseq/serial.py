@@ -464,7 +464,7 @@ class Serial:
         return now
 
     def _period_now(self) -> date | None:
-        """:meth:`_now`, converting the clock only when the period may have changed (guard held).
+        """`_now`, converting the clock only when the period may have changed (guard held).
 
         The default clock is read as a float; a time inside the span known
         to lie in the period seen last is that period. A time before the
