@@ -390,7 +390,8 @@ def _run_create(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_change_options(parser: argparse.ArgumentParser) -> None:
+def add_change_options(parser: argparse.ArgumentParser) -> None:
+    """The options of `change` (and of `set` beside its value): every changeable setting."""
     add_setting_arguments(
         parser,
         CHANGEABLE_SETTINGS,
@@ -412,7 +413,7 @@ def _configure_set(parser: argparse.ArgumentParser) -> None:
         help="allow moving backwards (values already handed out would come again), "
         "or repair a row that fails validation",
     )
-    _add_change_options(parser)
+    add_change_options(parser)
 
 
 def _run_set(args: argparse.Namespace) -> int:
@@ -459,7 +460,7 @@ def _unchanged(before: SequenceConfig | None, after: SequenceConfig) -> str:
 
 def _configure_change(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", type=_name, help="sequence name")
-    _add_change_options(parser)
+    add_change_options(parser)
 
 
 def _run_change(args: argparse.Namespace) -> int:

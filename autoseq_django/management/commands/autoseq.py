@@ -17,7 +17,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DEFAULT_DB_ALIAS
 
 from autoseq import AutoseqError
-from autoseq.cli import COMMANDS, add_setting_arguments, given_settings
+from autoseq.cli import COMMANDS, add_change_options, add_setting_arguments, given_settings
 from autoseq.config import CHANGEABLE_SETTINGS
 from autoseq_django import conf, maintenance, sequences
 
@@ -56,13 +56,13 @@ class Command(BaseCommand):
             action="store_true",
             help="allow moving back (stop every process using the sequence first)",
         )
-        _add_change_options(move)
+        add_change_options(move)
         change = action(
             "change",
             "Change end, step, batch, batch_count or cycle of a sequence, keeping values unique.",
         )
         change.add_argument("name")
-        _add_change_options(change)
+        add_change_options(change)
         sync = action(
             "sync",
             "Move each sequence past max() of the columns that use it (after loaddata or a "
@@ -289,15 +289,6 @@ class Command(BaseCommand):
         sequences.forget(sequence_alias, names[0])
         state = ", unchanged" if row.version == before.version else ""
         self.stdout.write(f"{names[0]!r}{state}: {source}, current {row.next_value}")
-
-
-def _add_change_options(parser: argparse.ArgumentParser) -> None:
-    add_setting_arguments(
-        parser,
-        CHANGEABLE_SETTINGS,
-        defaults=False,
-        notes={"step": "current moves onto the new grid"},
-    )
 
 
 def column_max(database: str, table: str, column: str) -> int | None:
