@@ -54,7 +54,7 @@ from autoseq.errors import (
     StoreUnavailable,
 )
 from autoseq.pacing import DEFAULT_MAX_BATCH_COUNT, Backoff, BlockSizer, LowRemainingAlarm
-from autoseq.stores.base import MAX_MANY, Block, SequenceStore, check_many
+from autoseq.stores.base import MAX_MANY, Block, SequenceStore, check_many, release_many
 
 __all__ = [
     "DEFAULT_CLOSE_TIMEOUT",
@@ -681,6 +681,8 @@ class SequenceLock:
 
 #: Tails named in the shutdown's one log line; the rest are counted.
 _LOGGED = 20
+#: Tails handed back in one transaction at shutdown (the deadline is checked between).
+_CHUNK = 500
 #: Seconds a whole shutdown (every lock of a registry, or of the process) may take.
 DEFAULT_CLOSE_TIMEOUT = 5.0
 
@@ -741,31 +743,48 @@ def run_until(task: Callable[[], None], name: str, deadline: float) -> bool:
 
 
 class _HandBacks:
-    """The hand-backs of one shutdown, run by one thread, given up at a deadline."""
+    """The hand-backs of one shutdown, run by one thread, given up at a deadline.
+
+    The tails of one store go back :data:`_CHUNK` at a time through
+    :func:`autoseq.stores.base.release_many`: one transaction per chunk on
+    a store that can, so ten thousand tails cost a few commits.
+    """
 
     def __init__(self, tails: list[tuple[SequenceLock, Block]], deadline: float) -> None:
         self._tails = tails
         self._deadline = deadline
         self._done: set[int] = set()  # indexes handed back, or refused by the compare-and-set
-        self._down: set[int] = set()  # id() of stores that failed one
         self._guard = threading.Lock()
         self._stopped = False
 
     def run(self) -> None:
-        for index, (lock, tail) in enumerate(self._tails):
-            with self._guard:
-                if self._stopped or time.monotonic() >= self._deadline:
-                    return
-                if id(lock.store) in self._down:
-                    continue
-            try:
-                lock.hand_back(tail)
-            except Exception:  # noqa: BLE001 - a failing store: its tails stay gaps
+        by_store: dict[int, list[int]] = {}
+        for index, (lock, _) in enumerate(self._tails):
+            by_store.setdefault(id(lock.store), []).append(index)
+        for indexes in by_store.values():
+            for start in range(0, len(indexes), _CHUNK):
                 with self._guard:
-                    self._down.add(id(lock.store))
-                continue
-            with self._guard:
-                self._done.add(index)
+                    if self._stopped or time.monotonic() >= self._deadline:
+                        return
+                if not self._hand_back(indexes[start : start + _CHUNK]):
+                    break  # a failing store: its tails left stay gaps
+
+    def _hand_back(self, indexes: list[int]) -> bool:
+        store = self._tails[indexes[0]][0].store
+        blocks = [self._tails[index][1] for index in indexes]
+        try:
+            released = release_many(store, blocks)
+        except Exception:  # noqa: BLE001 - a failing store: its tails stay gaps
+            return False
+        for index, went in zip(indexes, released, strict=True):
+            if went:
+                lock, tail = self._tails[index]
+                signals.block_released.send(
+                    lock, name=lock.name, first=tail.first, count=tail.count
+                )
+        with self._guard:
+            self._done.update(indexes)
+        return True
 
     def stop(self) -> list[tuple[str, Block]]:
         """Give up what is not done; the (name, tail) pairs not handed back."""

@@ -158,6 +158,20 @@ class SequenceStore(Protocol):
     def close(self) -> None: ...
 
 
+def release_many(store: SequenceStore, blocks: list[Block]) -> list[bool]:
+    """``store.release`` of each block, in one transaction where the store can.
+
+    Each hand-back stays the compare-and-set of :meth:`SequenceStore.release`;
+    a store without ``release_many`` (see
+    :class:`autoseq.stores.capabilities.ReleasesMany`) gets one call each.
+    """
+    from autoseq.stores.capabilities import ReleasesMany
+
+    if isinstance(store, ReleasesMany):
+        return store.release_many(blocks)
+    return [store.release(block) for block in blocks]
+
+
 _forkable: weakref.WeakSet[SequenceStore] = weakref.WeakSet()
 
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from autoseq.config import SequenceConfig
+    from autoseq.stores.base import Block
     from autoseq.workers import WorkerLeases
 
 
@@ -51,6 +52,15 @@ class ReadsColumnMax(Protocol):
     def column_max(self, table: str, column: str) -> int | None:
         """The largest value in ``table.column``, None when empty; ``UsageError`` when
         the table or column is missing or not an integer."""
+        ...
+
+
+@runtime_checkable
+class ReleasesMany(Protocol):
+    """Hands many blocks back in one transaction (``release`` of each, one commit)."""
+
+    def release_many(self, blocks: list[Block]) -> list[bool]:
+        """``release(block)`` of each, in order; whether each went back."""
         ...
 
 

@@ -42,6 +42,7 @@ from autoseq.errors import InvalidCount, InvalidStoredRow, StoreUnavailable, Val
 from autoseq.lock import SequenceLock
 from autoseq.pacing import DEFAULT_MAX_BATCH_COUNT
 from autoseq.stores import Block, SequenceStore
+from autoseq.stores.base import release_many
 from autoseq.stores.capabilities import LeasesWorkers
 from autoseq.workers import WorkerLeases, worker_leases
 
@@ -183,6 +184,19 @@ class StoreContract:
         store.reserve("r2", 50)
         assert store.release(block) is False
         assert store.read("r2").current == 101
+
+    def test_release_many_is_a_compare_and_set_per_block(self, store: Any) -> None:
+        """release_many hands back the blocks nobody reserved past, and only those."""
+        for name in ("m1", "m2", "m3"):
+            store.create(SequenceConfig(name))
+        blocks = [store.reserve(name, 50) for name in ("m1", "m2", "m3")]
+        store.reserve("m2", 50)  # someone reserved past m2's block: it must stay a gap
+        tail = Block("m3", 21, 50, 1, blocks[2].row)
+        assert release_many(store, [blocks[0], blocks[1], tail]) == [True, False, True]
+        assert [store.read(name).current for name in ("m1", "m2", "m3")] == [1, 101, 21]
+        assert release_many(store, [blocks[0], tail]) == [False, False]  # re-sent: no rewind
+        assert release_many(store, []) == []
+        assert store.reserve("m1", 2).first == 1
 
     @pytest.mark.parametrize("count", [0, -1, 1.5, True, 2**63, "3", None])
     def test_bad_count_is_refused_before_any_write(self, store: Any, count: Any) -> None:

@@ -150,3 +150,28 @@ def test_snowflake_close_is_bounded_with_the_store_stalled(
     with Snowflake(network_target.open(), name="shut") as after:
         later = [after.next() for _ in range(100)]
     assert Check.of([*before, *later], start=0).duplicates == 0
+
+
+def test_close_of_many_sequences_commits_once_per_chunk(tmp_path: Any) -> None:
+    """Issue 34: close() of N sequences hands their tails back in a few transactions,
+    not one commit per sequence, and every tail still lands (restart without gaps)."""
+    import sqlalchemy as sa
+
+    from autoseq.stores import SQLStore
+
+    store = SQLStore(f"sqlite:///{tmp_path / 'many.db'}")
+    store.create_table()
+    names = [f"s{i:04d}" for i in range(1200)]
+    registry = SequenceRegistry(store)
+    for name in names:
+        registry.register(SequenceConfig(name)).next()
+    registry.register(SequenceConfig("taken")).next()
+    store.reserve("taken", 5)  # reserved past this process: its tail must stay a gap
+    commits: list[int] = []
+    sa.event.listen(store.engine, "commit", lambda _connection: commits.append(1))
+    left = registry.close_locks()
+    assert left == []
+    assert len(commits) <= 3, f"{len(commits)} commits to close {len(names) + 1} sequences"
+    assert {store.read(name).current for name in names} == {2}
+    assert store.read("taken").current > 2
+    store.close()

@@ -611,21 +611,61 @@ class SQLStore:
 
     @reconnecting
     def release(self, block: Block) -> bool:
-        t = self.table
         self._upgrade_table()
         with (
             self._errors("release", f"releasing a block of {block.name!r}", block.name),
             self._transaction() as connection,
         ):
-            result = connection.execute(
+            return self._release_in(connection, block)
+
+    @reconnecting
+    def release_many(self, blocks: list[Block]) -> list[bool]:
+        """``release`` of each block in one transaction: one commit, not one per block."""
+        if not blocks:
+            return []
+        self._upgrade_table()
+        with (
+            self._errors("release", f"releasing {len(blocks)} block(s)", None),
+            self._transaction() as connection,
+        ):
+            return self._release_batch(connection, blocks)
+
+    def _release_batch(self, connection: Connection, blocks: list[Block]) -> list[bool]:
+        """One ``UPDATE ... RETURNING`` for every block, where the database has it.
+
+        The same compare-and-set as :meth:`release` for each row: ``name``,
+        ``version`` and ``current`` must all still be what the block left.
+        """
+        t = self.table
+        names = {block.name for block in blocks}
+        if not connection.dialect.update_returning or len(names) != len(blocks):
+            return [self._release_in(connection, block) for block in blocks]
+        unchanged = sa.tuple_(t.c.name, t.c.version, t.c.current).in_(
+            [(block.name, block.version, block.last + block.step) for block in blocks]
+        )
+        first = sa.case({block.name: block.first for block in blocks}, value=t.c.name)
+        went = set(
+            connection.execute(
                 sa.update(t)
-                .where(
-                    t.c.name == block.name,
-                    t.c.version == block.version,
-                    t.c.current == block.last + block.step,
-                )
-                .values(current=block.first, updated_at=utc_now(), version=block.version + 1)
+                .where(unchanged)
+                .values(current=first, updated_at=utc_now(), version=t.c.version + 1)
+                .returning(t.c.name)
+            ).scalars()
+        )
+        return [block.name in went for block in blocks]
+
+    def _release_in(self, connection: Connection, block: Block) -> bool:
+        """The compare-and-set of ``current`` back to ``block.first``, in ``connection``."""
+        t = self.table
+        result = connection.execute(
+            sa.update(t)
+            .where(
+                t.c.name == block.name,
+                t.c.version == block.version,
+                t.c.current == block.last + block.step,
             )
+            .values(current=block.first, updated_at=utc_now(), version=block.version + 1)
+        )
         return result.rowcount == 1
 
     @reconnecting
