@@ -125,6 +125,14 @@ SETTINGS: tuple[Setting, ...] = (
 #: The setting names, in order: ``("start", "end", "step", "batch", "batch_count", "cycle")``.
 SETTING_NAMES: tuple[str, ...] = tuple(setting.name for setting in SETTINGS)
 SETTINGS_BY_NAME: dict[str, Setting] = {setting.name: setting for setting in SETTINGS}
+# Precompiled for SequenceConfig's fast path: (name, lowest allowed) of each int
+# setting and the names of the bool ones.
+_INT_FLOORS: tuple[tuple[str, int], ...] = tuple(
+    (s.name, -MAX_VALUE - 1 if s.minimum is None else max(s.minimum, -MAX_VALUE - 1))
+    for s in SETTINGS
+    if s.type is int
+)
+_BOOLS: tuple[str, ...] = tuple(s.name for s in SETTINGS if s.type is bool)
 #: The settings a change to a stored row may write.
 CHANGEABLE_SETTINGS: tuple[str, ...] = tuple(s.name for s in SETTINGS if s.changeable)
 
@@ -195,6 +203,26 @@ class SequenceConfig:
 
     def __post_init__(self) -> None:
         validate_name(self.name)
+        if not self._plainly_typed():
+            self._check_settings()
+        self._check_relations()
+
+    def _plainly_typed(self) -> bool:
+        """True when every setting and ``version`` has its exact type, fits and meets
+        its minimum: what :meth:`_check_settings` checks, in one pass without messages."""
+        for name, floor in _INT_FLOORS:
+            value = getattr(self, name)
+            if type(value) is not int or not floor <= value <= MAX_VALUE:
+                return False
+        version = self.version
+        if type(version) is not int or not -MAX_VALUE - 1 <= version <= MAX_VALUE:
+            return False
+        return type(self.gapless) is bool and all(
+            type(getattr(self, name)) is bool for name in _BOOLS
+        )
+
+    def _check_settings(self) -> None:
+        """Raise the first type, size or minimum error of the settings, with its message."""
         for setting in SETTINGS:
             if setting.type is int:
                 _check_int(setting.name, getattr(self, setting.name))
@@ -223,6 +251,8 @@ class SequenceConfig:
                     setting=setting.name,
                     rule="minimum",
                 )
+
+    def _check_relations(self) -> None:
         if self.start > self.end:
             raise InvalidSequenceConfig(
                 f"sequence {self.name!r}: start={self.start} is greater than end={self.end}",

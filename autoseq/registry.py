@@ -46,6 +46,9 @@ class SequenceRegistry:
         self.auto_create = auto_create
         self.defaults = defaults or SequenceConfig
         self._locks: dict[str, SequenceLock] = {}
+        # Rows read by load() whose lock is built on first use (issue 34):
+        # ten thousand rows load without ten thousand locks.
+        self._loaded: dict[str, SequenceConfig] = {}
         self._guard = threading.Lock()
 
     def _lock_for(self, row: SequenceConfig, policy: BufferPolicy | None) -> SequenceLock:
@@ -60,13 +63,27 @@ class SequenceRegistry:
                     policy=policy or self.policy,
                 )
                 self._locks[row.name] = lock
+            self._loaded.pop(row.name, None)
             return lock
 
+    def _known(self, name: str) -> SequenceLock | None:
+        """The lock of ``name`` if it has one or :meth:`load` read its row; no store read."""
+        lock = self._locks.get(name)
+        if lock is not None:
+            return lock
+        row = self._loaded.get(name)
+        return None if row is None else self._lock_for(row, None)
+
     def load(self) -> list[str]:
-        """Read every row (app start-up) and prepare a lock for each; returns the names."""
+        """Read every row (app start-up); returns the names.
+
+        Each row is validated now; its lock is built on first use (``get``,
+        ``next``, ``find``...), from the row read here, without another read.
+        """
         rows = self.store.read_all()
-        for row in rows:
-            self._lock_for(row, None)
+        with self._guard:
+            locks = self._locks
+            self._loaded.update((row.name, row) for row in rows if row.name not in locks)
         return [row.name for row in rows]
 
     def register(
@@ -91,7 +108,7 @@ class SequenceRegistry:
                 "autoseq.gapless.take, or a gapless field), never served from a block by "
                 "a SequenceLock, which would leave gaps"
             )
-        lock = self._locks.get(config.name)
+        lock = self._known(config.name)
         if lock is not None:
             return lock
         if floor is None:
@@ -104,7 +121,7 @@ class SequenceRegistry:
     def get(self, name: str) -> SequenceLock:
         """The lock of sequence ``name``, loading (or creating) its row on first use."""
         # a non-str name (an unhashable dict, say) goes to validate_name's message
-        lock = self._locks.get(name) if isinstance(name, str) else None
+        lock = self._known(name) if isinstance(name, str) else None
         if lock is not None:
             return lock
         validate_name(name)
@@ -127,7 +144,7 @@ class SequenceRegistry:
 
     def find(self, name: str) -> SequenceLock | None:
         """The lock of ``name`` if this registry has one; never reads the store."""
-        return self._locks.get(name) if isinstance(name, str) else None
+        return self._known(name) if isinstance(name, str) else None
 
     def peek(self, name: str) -> int | None:
         """The value ``name``'s lock would serve next from memory; None if none or no lock.
@@ -139,12 +156,14 @@ class SequenceRegistry:
         return lock.peek() if lock is not None else None
 
     def names(self) -> list[str]:
-        """Names with a lock in this registry."""
+        """Names with a lock in this registry, or a row read by :meth:`load`."""
         with self._guard:
-            return sorted(self._locks)
+            return sorted(self._locks.keys() | self._loaded.keys())
 
     def stats(self) -> dict[str, dict[str, object]]:
         """``stats()`` of every lock, by name."""
+        for row in list(self._loaded.values()):
+            self._lock_for(row, None)
         with self._guard:
             locks = list(self._locks.values())
         return {lock.name: lock.stats() for lock in locks}
@@ -159,9 +178,10 @@ class SequenceRegistry:
         """
         with self._guard:
             lock = self._locks.pop(name, None)
+            loaded = self._loaded.pop(name, None)
         if lock is not None:
             lock.close(release=release)
-        return lock is not None
+        return lock is not None or loaded is not None
 
     def close_locks(
         self, *, release: bool = True, timeout: float = DEFAULT_CLOSE_TIMEOUT
@@ -175,6 +195,7 @@ class SequenceRegistry:
         with self._guard:
             locks = list(self._locks.values())
             self._locks.clear()
+            self._loaded.clear()  # no lock, so nothing reserved: nothing to hand back
         return close_locks(locks, release=release, timeout=timeout)
 
     def close(

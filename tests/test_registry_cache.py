@@ -91,3 +91,48 @@ def test_a_child_forked_while_the_cache_is_locked_can_still_use_it() -> None:
     holder.join()
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0, "the child deadlocked on the parent's lock"
+
+
+def test_load_builds_no_lock_until_a_sequence_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 34: load() of N rows validates them but builds a lock only on first use,
+    from the row it read (no second read); every registry view still sees the names."""
+    import autoseq.registry
+    from autoseq.lock import SequenceLock
+
+    class CountingStore(MemoryStore):
+        reads = 0
+
+        def read(self, name: str) -> SequenceConfig | None:
+            self.reads += 1
+            return super().read(name)
+
+    built: list[str] = []
+
+    class CountedLock(SequenceLock):
+        def __init__(self, name: str, *args: object, **kwargs: object) -> None:
+            built.append(name)
+            super().__init__(name, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(autoseq.registry, "SequenceLock", CountedLock)
+    store = CountingStore()
+    names = [f"s{i:03d}" for i in range(300)]
+    for name in names:
+        store.create(SequenceConfig(name, batch_count=7))
+    registry = SequenceRegistry(store)
+    assert registry.load() == names
+    assert built == []
+    assert registry.names() == names
+    assert registry.peek("s001") is None
+    assert registry.next("s001") == 1
+    assert registry.next_many("s002", 2) == [1, 2]
+    assert built == ["s001", "s002"]
+    assert registry.find("s003") is not None
+    assert registry.get("s003") is registry.find("s003")
+    assert registry.register(SequenceConfig("s004", batch_count=50)).next() == 1
+    assert registry.discard("s005")
+    assert "s005" not in registry.names()
+    assert built == ["s001", "s002", "s003", "s004"]
+    assert store.reads == 0  # locks came from load()'s rows
+    assert len(registry.stats()) == len(names) - 1
+    assert registry.close_locks() == []
+    assert registry.names() == []
