@@ -402,11 +402,10 @@ class SQLStore:
         """Every stored name, rows that fail validation included, in order."""
         return [str(row["name"]) for row in self._all_raw()]
 
-    def _all_raw(self) -> list[dict[str, Any]]:
-        """Every stored row, gapless ones included, by name."""
-        rows = {
-            row["name"]: dict(row)
-            for row in self._select(sa.select(self.table), "reading sequences")
+    def _all_raw(self) -> list[Mapping[Any, Any]]:
+        """Every stored row, gapless ones included, by name (read-only mappings)."""
+        rows: dict[str, Mapping[Any, Any]] = {
+            row["name"]: row for row in self._select(sa.select(self.table), "reading sequences")
         }
         if self._app_rows is not None:
             what = "reading gapless sequences in the application's file"
