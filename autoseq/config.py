@@ -209,7 +209,7 @@ class SequenceConfig:
 
     def _plainly_typed(self) -> bool:
         """True when every setting and ``version`` has its exact type, fits and meets
-        its minimum: what :meth:`_check_settings` checks, in one pass without messages."""
+        its minimum: what `_check_settings` checks, in one pass without messages."""
         for name, floor in _INT_FLOORS:
             value = getattr(self, name)
             if type(value) is not int or not floor <= value <= MAX_VALUE:

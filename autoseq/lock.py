@@ -745,8 +745,8 @@ def run_until(task: Callable[[], None], name: str, deadline: float) -> bool:
 class _HandBacks:
     """The hand-backs of one shutdown, run by one thread, given up at a deadline.
 
-    The tails of one store go back :data:`_CHUNK` at a time through
-    :func:`autoseq.stores.base.release_many`: one transaction per chunk on
+    The tails of one store go back `_CHUNK` at a time through
+    `autoseq.stores.base.release_many`: one transaction per chunk on
     a store that can, so ten thousand tails cost a few commits.
     """
 

@@ -67,7 +67,7 @@ class SequenceRegistry:
             return lock
 
     def _known(self, name: str) -> SequenceLock | None:
-        """The lock of ``name`` if it has one or :meth:`load` read its row; no store read."""
+        """The lock of ``name`` if it has one or `load()` read its row; no store read."""
         lock = self._locks.get(name)
         if lock is not None:
             return lock
@@ -156,7 +156,7 @@ class SequenceRegistry:
         return lock.peek() if lock is not None else None
 
     def names(self) -> list[str]:
-        """Names with a lock in this registry, or a row read by :meth:`load`."""
+        """Names with a lock in this registry, or a row read by `load()`."""
         with self._guard:
             return sorted(self._locks.keys() | self._loaded.keys())
 

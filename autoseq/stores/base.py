@@ -161,9 +161,9 @@ class SequenceStore(Protocol):
 def release_many(store: SequenceStore, blocks: list[Block]) -> list[bool]:
     """``store.release`` of each block, in one transaction where the store can.
 
-    Each hand-back stays the compare-and-set of :meth:`SequenceStore.release`;
+    Each hand-back stays the compare-and-set of `SequenceStore.release`;
     a store without ``release_many`` (see
-    :class:`autoseq.stores.capabilities.ReleasesMany`) gets one call each.
+    `autoseq.stores.capabilities.ReleasesMany`) gets one call each.
     """
     from autoseq.stores.capabilities import ReleasesMany
 

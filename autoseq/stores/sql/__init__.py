@@ -632,7 +632,7 @@ class SQLStore:
     def _release_batch(self, connection: Connection, blocks: list[Block]) -> list[bool]:
         """One ``UPDATE ... RETURNING`` for every block, where the database has it.
 
-        The same compare-and-set as :meth:`release` for each row: ``name``,
+        The same compare-and-set as `release()` for each row: ``name``,
         ``version`` and ``current`` must all still be what the block left.
         """
         t = self.table
