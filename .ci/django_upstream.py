@@ -137,10 +137,11 @@ def main() -> int:
     parser.add_argument("--apps", default=",".join(APPS))
     parser.add_argument("--logs", type=Path, default=None, help="where the run logs go")
     args = parser.parse_args()
-    tests = args.sdist / "tests"
+    sdist = args.sdist.resolve()  # the runs change directory: a relative path would not hold
+    tests = sdist / "tests"
     script = runner(tests)
     apps = [a for a in args.apps.split(",") if a]
-    logs = args.logs or args.sdist / "autoseq-logs"
+    logs = (args.logs or sdist / "autoseq-logs").resolve()
     logs.mkdir(parents=True, exist_ok=True)
     broken = False
     only_ours = 0
