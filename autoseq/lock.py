@@ -202,6 +202,9 @@ class SequenceLock:
         # The prefetch task queued on the shared pool and not started yet:
         # a caller whose block runs out first takes it back (sets None).
         self._queued: object | None = None
+        # True while stop() waits for a reservation in flight: the block it
+        # brings is then part of the tail handed back, not a gap.
+        self._stop_waiting = False
         self._tally = _Tally()
         self._high: int | None = None  # the highest value reserved here: the fence
         self._alarm = LowRemainingAlarm(policy.warn_share)
@@ -587,7 +590,12 @@ class SequenceLock:
             return
         with self._lock:
             self._loading = False
-            if not self._closed:  # else close() gave up waiting for it: a gap, never served
+            if self._closed:
+                # stop() still waiting: queued for its tail (never served);
+                # it gave up waiting: a gap, never served.
+                if self._stop_waiting:
+                    self._buffer.add(block)
+            else:
                 buffer = self._buffer
                 buffer.add(block)
                 if buffer.fast_until != buffer.last:
@@ -660,9 +668,13 @@ class SequenceLock:
                 return None
             self._closed = True
             self._queued = None  # a prefetch not started yet never starts
-            while self._loading and self._pid == os.getpid():
-                if not self._cond.wait(max(0.0, wait_until - time.monotonic())):
-                    break
+            self._stop_waiting = True
+            try:
+                while self._loading and self._pid == os.getpid():
+                    if not self._cond.wait(max(0.0, wait_until - time.monotonic())):
+                        break
+            finally:
+                self._stop_waiting = False
             self._settle()
             tail = None if self._loading else self._buffer.unused_tail()
             self._buffer.clear()

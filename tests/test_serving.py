@@ -331,6 +331,29 @@ def test_close_hands_back_the_unused_tail() -> None:
     assert restarted.next("gap") == 41
 
 
+def test_close_hands_back_the_block_a_prefetch_in_flight_brings() -> None:
+    """close() waits for a prefetch in flight and hands its block back with the current tail.
+
+    Before, the block arrived after close() had begun and was dropped, while
+    the row already counted it: the tail no longer ended at the row's current,
+    so nothing went back (``SequenceField.set_next_value`` was then refused).
+    """
+    memory = MemoryStore()
+    store = FlakyStore(memory, delay=0.2)
+    registry = SequenceRegistry(store, policy=BufferPolicy(max_batch_count=10))
+    lock = registry.register(SequenceConfig("inflight", batch_count=10))
+    assert [lock.next(), lock.next()] == [1, 2]  # past the prefetch point: 11..20 in flight
+    deadline = time.monotonic() + 2
+    while not lock._loading and time.monotonic() < deadline:  # a worker took the task
+        time.sleep(0.001)
+    assert lock._loading
+    with recording(signals.block_released) as released:
+        assert lock.close() is True
+    assert memory.read("inflight").current == 3
+    assert released == [{"name": "inflight", "first": 3, "count": 18}]
+    assert SequenceRegistry(memory).next("inflight") == 3
+
+
 def test_close_keeps_the_tail_when_someone_reserved_after() -> None:
     """A tail is not handed back once another process has reserved past it."""
     memory = MemoryStore()
