@@ -295,7 +295,11 @@ class SequenceField(BaseField):  # type: ignore[misc]
         stored document holds a value of the field (mongoengine's reset after
         ``drop_collection()``). Never at or below a value already stored, even
         forced. Processes that already hold a block keep serving it; this one
-        drops its own.
+        drops its own, and first hands back its unserved blocks (the current
+        and a prefetched one) with a compare-and-set, so ``set_next_value(1000)``
+        after ten saves is accepted though this process holds 11..1700. Refused
+        when another process reserved after those blocks: it may hold values
+        at or above the new one.
         """
         if isinstance(value, bool):
             raise InvalidSequenceConfig(f"set_next_value needs an integer value, got {value!r}")
@@ -321,9 +325,25 @@ class SequenceField(BaseField):  # type: ignore[misc]
                 f"{current}, outside [start={row.start}, end={row.end}]; "
                 "choose a value in range or change start/end first"
             )
-        maintenance.set_current(store, name, current, force=force or restart, floor=floor)
+        force = force or restart
+        # Not only when ``current`` is behind the row read above: a prefetch
+        # in flight may move the row on after that read.
+        if not force and (floor is None or current > floor):
+            self._hand_back_blocks(name)
+        maintenance.set_current(store, name, current, force=force, floor=floor)
         sequences.forget(self.db_alias, self.collection_name, name)
         return self.value_decorator(last)
+
+    def _hand_back_blocks(self, name: str) -> None:
+        """Give this process's unserved blocks of ``name`` back before moving its row back.
+
+        The row's ``current`` counts what this process reserved ahead (its
+        block, a prefetched one: 11..1700 after ten saves), so a move to
+        1001 would look like going behind values in use. Waits for a
+        prefetch in flight; the compare-and-set misses (blocks kept away as
+        gaps) when another process reserved after them.
+        """
+        sequences.hand_back(self.db_alias, self.collection_name, name)
 
     # mongoengine hooks ------------------------------------------------------
 

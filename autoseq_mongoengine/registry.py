@@ -64,6 +64,17 @@ class Sequences:
         registry = self._registries.find((alias, collection))
         return registry.peek(name) if registry is not None else None
 
+    def hand_back(self, alias: str, collection: str, name: str) -> None:
+        """Close ``name``'s lock and hand its unused blocks back (compare-and-set).
+
+        Waits for a prefetch in flight and cancels a queued one, so both the
+        current and the prefetched block are known; they go back only when no
+        one reserved after this process, else they stay gaps (safe).
+        """
+        registry = self._registries.find((alias, collection))
+        if registry is not None:
+            registry.discard(name, release=True)
+
     def forget(self, alias: str, collection: str, name: str) -> None:
         """Drop this process's buffered values of ``name`` (after its row was moved)."""
         registry = self._registries.find((alias, collection))

@@ -259,6 +259,51 @@ def test_reset_after_drop_collection_restarts_at_one_as_mongoengines(me_db: Any)
     assert Ticket.objects.count() == 0
 
 
+def test_set_next_value_within_the_blocks_this_process_holds(me_db: Any) -> None:
+    """mongoengine's idiom (ten saves, then set_next_value(v)) past this process's own buffer.
+
+    The ten saves reserve 1..100 (and may prefetch more), so the row is past
+    51; those values are this process's alone, so they are handed back and the
+    move is accepted: the next document gets 51, then 1001 after a second move.
+    """
+    Ticket.drop_collection()
+    assert [Ticket(title=str(i)).save().id for i in range(10)] == list(range(1, 11))
+    assert rows(me_db)["ticket"]["current"] >= 101  # the block this process holds
+    assert Ticket.id.set_next_value(50) == 50
+    assert rows(me_db)["ticket"]["current"] == 51
+    assert Ticket(title="a").save().id == 51
+    assert Ticket.id.set_next_value(1000) == 1000
+    assert Ticket(title="b").save().id == 1001
+    with pytest.raises(ValueMovesBackward, match="only move forward"):
+        Ticket.id.set_next_value(1000)  # 1001 is stored (and served): never again
+
+
+def test_set_next_value_refused_when_another_process_reserved_after_this_one(
+    me_db: Any,
+) -> None:
+    """Blocks held here go back only if no one reserved after them; else the move is refused.
+
+    A second registry on its own store stands for another process: its block
+    lies past this process's, so the hand-back's compare-and-set misses and
+    no value it holds is ever served here.
+    """
+    from autoseq.registry import SequenceRegistry
+    from autoseq.stores.mongo import MongoStore
+
+    Ticket.drop_collection()
+    mine = [Ticket(title=str(i)).save().id for i in range(10)]
+    other = SequenceRegistry(MongoStore(me_db, "sys_sequence"))
+    try:
+        theirs = other.get("ticket").next_many(5)
+        with pytest.raises(ValueMovesBackward, match="only move forward"):
+            Ticket.id.set_next_value(50)
+        later = [Ticket(title="later").save().id for _ in range(5)]
+    finally:
+        other.close_locks(release=False)
+    assert min(theirs) > max(mine)
+    assert len(set(mine + theirs + later)) == 20
+
+
 def test_a_reset_below_a_stored_value_is_refused_and_nothing_moves(me_db: Any) -> None:
     """set_next_value(0) while documents hold values refuses, forced or not; the row stays."""
     Ticket(title="kept").save()
