@@ -32,6 +32,7 @@ import re
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Mapping
 from datetime import UTC
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -180,6 +181,9 @@ class MongoStore:
             with self._guard:
                 if self._client is None:
                     self._client, self._owns_client = self._new_client(), True
+                    # Reopened after close() (a prefetch that ran late, a forked
+                    # child): closed with the store, never left to the GC.
+                    weakref.finalize(self, self._client.close)
                 # Plain dicts, aware datetimes and primary reads whatever
                 # the application's client is configured with.
                 database = self._client[self.database_name]
