@@ -204,7 +204,9 @@ def private_database(sql_target: Any, tmp_path: Path) -> Iterator[tuple[dict[str
         database = {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": path,
-            "OPTIONS": {"timeout": 60},
+            # BEGIN IMMEDIATE: a deferred transaction that read first cannot wait
+            # for the write lock (SQLite answers "database is locked" at once).
+            "OPTIONS": {"timeout": 60, "transaction_mode": "IMMEDIATE"},
         }
         yield database, f"sqlite:///{path}"
         return
