@@ -35,6 +35,13 @@ def ignores(query: Any) -> bool:
     return getattr(query, "on_conflict", None) == OnConflict.IGNORE
 
 
+def upserts(query: Any) -> bool:
+    """True for the INSERT of ``bulk_create(update_conflicts=True)`` (its ``on_conflict``)."""
+    from django.db.models.constants import OnConflict
+
+    return getattr(query, "on_conflict", None) == OnConflict.UPDATE
+
+
 #: Per connection: its ``run_on_commit`` list, how many entries of it were
 #: read, and the ids of their callbacks (all alive: the list holds them).
 _seen: weakref.WeakKeyDictionary[Any, tuple[list[Any], int, set[int]]] = weakref.WeakKeyDictionary()

@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from django.db import DatabaseError, IntegrityError, connections, transaction
@@ -359,10 +360,50 @@ def _clear_inserted() -> None:
             setattr(obj, attname, None)
 
 
+def return_keys_of_insert(field: SequenceField, rows: Sequence[Any], filled: list[Any]) -> None:
+    """Give ``filled`` the keys their rows really have once the INSERT being compiled has run.
+
+    For ``bulk_create(update_conflicts=True)`` where the database returns
+    rows from a bulk INSERT: the statement (its rows are ``rows``, in order)
+    gets a ``RETURNING`` of the key, and each object in ``filled`` takes the
+    key of its row, the old one where a conflict updated an existing row,
+    as Django sets ``BigAutoField`` keys. A value taken for it and left
+    unused is a gap.
+    """
+    _filled.returning = (field, rows, {id(obj) for obj in filled})
+
+
+def _returning_sql(connection: Any, sql: str, params: Any) -> tuple[str, Any, Any]:
+    """``sql`` with the RETURNING of the key asked for (return_keys_of_insert), if any."""
+    found = getattr(_filled, "returning", None)
+    if found is None:
+        return sql, params, None
+    _filled.returning = None
+    match = _INSERT_INTO.match(sql)
+    if match is None or match.group(2) != found[0].model._meta.db_table:
+        return sql, params, None  # not the statement compiled (it failed before running)
+    r_sql, r_params = connection.ops.return_insert_columns([found[0]])
+    if not r_sql:
+        return sql, params, None
+    return f"{sql} {r_sql}", (*params, *r_params), found
+
+
+def _set_returned_keys(found: Any, cursor: Any) -> None:
+    field, rows, filled = found
+    returned = cursor.fetchall()
+    keys = [row[0] for row in returned] if len(returned) == len(rows) else None
+    for i, obj in enumerate(rows):
+        if id(obj) in filled:
+            setattr(obj, field.attname, None if keys is None else keys[i])
+
+
 def guard_inserts(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
     """A Django execute wrapper: an INSERT that meets a loaded key recovers on retry."""
     if _local.statement:
         _note_statement()
+    returning = None
+    if not many:
+        sql, params, returning = _returning_sql(context["connection"], sql, params)
     try:
         result = execute(sql, params, many, context)
     except IntegrityError as exc:
@@ -377,4 +418,6 @@ def guard_inserts(execute: Any, sql: str, params: Any, many: bool, context: Any)
     if getattr(_filled, "by_field", None) and not _INSERT_INTO.match(sql):
         _filled.by_field = {}  # the inserts that used them are over
     _clear_inserted()
+    if returning is not None:
+        _set_returned_keys(returning, context["cursor"])
     return result

@@ -82,7 +82,7 @@ class _Unfilled:
 class _Pending:
     """The INSERT compiler's view of one missing value; resolved per statement."""
 
-    __slots__ = ("field", "ignore", "instance", "objs", "unfilled")
+    __slots__ = ("field", "ignore", "instance", "objs", "unfilled", "upsert")
     contains_column_references = False
     contains_aggregate = False
     contains_over_clause = False
@@ -94,6 +94,7 @@ class _Pending:
         unfilled: _Unfilled | None,
         objs: Sequence[Any] = (),
         ignore: bool = False,
+        upsert: bool = False,
     ) -> None:
         self.field = field
         self.instance = instance
@@ -101,12 +102,21 @@ class _Pending:
         self.objs = objs
         #: bulk_create(ignore_conflicts=True): the keys go again after the INSERT
         self.ignore = ignore
+        #: bulk_create(update_conflicts=True): the keys come back from the rows
+        self.upsert = upsert
 
     def resolve_expression(self, query: Any = None, *args: Any, **kwargs: Any) -> _Pending:
         # The compiler passes its InsertQuery: its objs are every row of the
         # statement, so the whole statement is served by one next_many().
         objs = _compat.insert_rows(query) or (self.instance,)
-        return _Pending(self.field, self.instance, self.unfilled, objs, _compat.ignores(query))
+        return _Pending(
+            self.field,
+            self.instance,
+            self.unfilled,
+            objs,
+            _compat.ignores(query),
+            _compat.upserts(query),
+        )
 
 
 class _Preparing(threading.local):
@@ -286,9 +296,10 @@ class SequenceField(_BigIntegerField):
             fresh, instances = unfilled, unfilled.instances
             unfilled.filled = True
             unfilled.instances = []
-            if pending.ignore:
-                # Rows a conflict skips get no key back: take values for this
-                # statement's rows only, and clear them after it (_taken).
+            if pending.ignore or pending.upsert:
+                # Rows a conflict skips or updates get no key of ours: take
+                # values for this statement's rows only, and clear them (or
+                # set the stored ones) after it (_take_for).
                 statement = set(map(id, objs))
                 instances = [obj for obj in instances if id(obj) in statement]
             held = list(map(value_of, instances))  # one C loop, no call per row
@@ -308,6 +319,8 @@ class SequenceField(_BigIntegerField):
                     given.append(value)
         if missing:
             self._take_for(missing, given, using, pending.ignore)
+            if pending.upsert:
+                _after_upsert(self, objs, missing, using)
 
     def _take_for(
         self, missing: list[models.Model], given: list[int], using: str, ignore: bool
@@ -415,6 +428,26 @@ def _check_code(exc: InvalidSequenceConfig) -> tuple[str, str]:
     if exc.setting == "end" and exc.rule == "size":
         return "E007", f"Use end <= {MAX_VALUE}."
     return "E005", "Fix the arguments."
+
+
+def _after_upsert(
+    field: SequenceField, objs: Sequence[Any], filled: list[models.Model], using: str
+) -> None:
+    """After an ``update_conflicts`` INSERT, ``filled`` hold their rows' keys, as BigAutoField's.
+
+    Django sets keys from ``RETURNING`` only for objects it saw without
+    one; ours were filled before. Where the database returns rows from a
+    bulk INSERT, the statement returns the keys and each object takes its
+    row's (the old key of a row a conflict updated); elsewhere none keeps
+    one, as with ``BigAutoField`` there. Not yet for a model whose INSERT
+    returns columns of its own (``db_default``): its key stays as filled.
+    """
+    if not field.primary_key or field.model._meta.db_returning_fields:
+        return
+    if connections[using].features.can_return_rows_from_bulk_insert:
+        catchup.return_keys_of_insert(field, objs, filled)
+    else:
+        catchup.clear_after_insert(field.attname, filled)
 
 
 def _fill_raw_saves(sender: type[models.Model], instance: models.Model, **kwargs: Any) -> None:

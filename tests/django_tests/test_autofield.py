@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from django.core.management import call_command
 from django.db import connections, models
@@ -163,16 +165,55 @@ def test_first_insert_after_migrate_costs_one_query(backend: str) -> None:
     assert [s for s in statements if s not in ("BEGIN", "COMMIT")] == ["INSERT"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="not yet: Django sets keys from RETURNING only for objects it saw without one, "
-    "and ours are filled before the INSERT (docs/django.md, bulk_create)",
-)
 def test_update_conflicts_leaves_the_stored_key(backend: str) -> None:
     """bulk_create(update_conflicts=True) over an existing row: the object names that row."""
     stored = Tag.objects.using(backend).create(name="kept")
     objs = [Tag(name="kept")]
     Tag.objects.using(backend).bulk_create(
-        objs, update_conflicts=True, unique_fields=["name"], update_fields=["name"]
+        objs, update_conflicts=True, unique_fields=_upsert_target(backend), update_fields=["name"]
     )
-    assert objs[0].pk in (stored.pk, None)  # BigAutoField: the row's key, or None on MariaDB
+    # BigAutoField: the row's key, or None where no rows come back from a bulk INSERT (MySQL)
+    assert objs[0].pk in (stored.pk, None)
+
+
+def _upsert_target(backend: str) -> list[str] | None:
+    # MariaDB's ON DUPLICATE KEY UPDATE names no conflict target: Django refuses one.
+    return ["name"] if connections[backend].features.supports_update_conflicts_with_target else None
+
+
+def _upsert_keys(model: type[models.Model], backend: str) -> tuple[list[Any], list[Any]]:
+    """What an upsert of 2 existing and 2 new names, 3 per INSERT, leaves on the objects.
+
+    Returns the objects' keys relative to the stored rows (the row each names,
+    by position, or None) and the stored names by key order.
+    """
+    manager = model._default_manager.using(backend)
+    existing = manager.bulk_create([model(name="a"), model(name="b")])
+    rows = {obj.pk: obj.name for obj in manager.filter(name__in=["a", "b"])}
+    assert set(rows) == {obj.pk for obj in existing}
+    objs = [model(name=name) for name in ("new1", "b", "new2", "a")]
+    manager.bulk_create(
+        objs,
+        update_conflicts=True,
+        unique_fields=_upsert_target(backend),
+        update_fields=["name"],
+        batch_size=3,
+    )
+    stored = dict(manager.values_list("pk", "name"))
+    named = [None if obj.pk is None else stored.get(obj.pk) for obj in objs]
+    return named, sorted(stored.values())
+
+
+def test_update_conflicts_sets_keys_as_bigautofield_does(backend: str) -> None:
+    """Each object of an upsert names the row it became, exactly as a BigAutoField model's."""
+    from django_tests.testapp.models import BaselineTag
+
+    ours = _upsert_keys(Tag, backend)
+    theirs = _upsert_keys(BaselineTag, backend)
+    assert ours == theirs
+    if connections[backend].features.can_return_rows_from_bulk_insert:
+        assert ours[0] == ["new1", "b", "new2", "a"]  # each object holds its row's key
+    keys = list(Tag.objects.using(backend).values_list("pk", flat=True))
+    later = Tag.objects.using(backend).create(name="later")  # taken past the filled keys
+    assert later.pk not in keys
+    assert Tag.objects.using(backend).count() == len(keys) + 1

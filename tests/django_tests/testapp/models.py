@@ -36,6 +36,13 @@ class Baseline(models.Model):
     amount = models.IntegerField(default=0)
 
 
+class BaselineTag(models.Model):
+    """Django's own key and a unique name: what bulk_create's upserts leave on objects."""
+
+    id = models.BigAutoField(primary_key=True)
+    name = models.CharField(max_length=40, unique=True)
+
+
 class Parcel(models.Model):
     """A key with no sequence arguments: everything from AUTOSEQ["DEFAULTS"]."""
 
