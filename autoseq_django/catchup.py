@@ -373,13 +373,13 @@ def return_keys_of_insert(field: SequenceField, rows: Sequence[Any], filled: lis
     _filled.returning = (field, rows, {id(obj) for obj in filled})
 
 
-def _returning_sql(connection: Any, sql: str, params: Any) -> tuple[str, Any, Any]:
+def _returning_sql(connection: Any, sql: str, params: Any, many: bool) -> tuple[str, Any, Any]:
     """``sql`` with the RETURNING of the key asked for (return_keys_of_insert), if any."""
     found = getattr(_filled, "returning", None)
     if found is None:
         return sql, params, None
     _filled.returning = None
-    match = _INSERT_INTO.match(sql)
+    match = None if many else _INSERT_INTO.match(sql)
     if match is None or match.group(2) != found[0].model._meta.db_table:
         return sql, params, None  # not the statement compiled (it failed before running)
     r_sql, r_params = connection.ops.return_insert_columns([found[0]])
@@ -401,9 +401,7 @@ def guard_inserts(execute: Any, sql: str, params: Any, many: bool, context: Any)
     """A Django execute wrapper: an INSERT that meets a loaded key recovers on retry."""
     if _local.statement:
         _note_statement()
-    returning = None
-    if not many:
-        sql, params, returning = _returning_sql(context["connection"], sql, params)
+    sql, params, returning = _returning_sql(context["connection"], sql, params, many)
     try:
         result = execute(sql, params, many, context)
     except IntegrityError as exc:
