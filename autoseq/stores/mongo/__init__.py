@@ -169,6 +169,7 @@ class MongoStore:
                 ) from None
         self.database_name = database
         self._collection: Collection[dict[str, Any]] | None = None
+        self._reopened: weakref.finalize[Any, Any] | None = None
         reset_after_fork(self)
 
     # connection -------------------------------------------------------------
@@ -183,7 +184,7 @@ class MongoStore:
                     self._client, self._owns_client = self._new_client(), True
                     # Reopened after close() (a prefetch that ran late, a forked
                     # child): closed with the store, never left to the GC.
-                    weakref.finalize(self, self._client.close)
+                    self._reopened = weakref.finalize(self, self._client.close)
                 # Plain dicts, aware datetimes and primary reads whatever
                 # the application's client is configured with.
                 database = self._client[self.database_name]
@@ -567,12 +568,18 @@ class MongoStore:
         self._client = None
         self._collection = None
         self._rows = {}
+        if self._reopened is not None:
+            self._reopened.detach()  # the parent's client: never closed from here
+            self._reopened = None
 
     def close(self) -> None:
         with self._guard:
             if self._owns_client and self._client is not None:
                 self._client.close()
                 self._client = None
+            if self._reopened is not None:
+                self._reopened.detach()  # closed above: the finalizer need not keep it
+                self._reopened = None
             self._collection = None
             self._rows = {}
 
