@@ -218,11 +218,10 @@ print(sum(served))
 """
 
 
-def test_a_forked_child_adds_only_what_it_served(environment: dict[str, str]) -> None:
-    """100 values served before a fork, 40 by the child: the workers' total is 140
-    (the child does not publish the parent's 100 again, nor lose its 40)."""
+def run_in_a_worker(script: str, environment: dict[str, str]) -> str:
+    """What ``script`` prints, run in a fresh process with ``environment``; it must exit 0."""
     done = subprocess.run(
-        [sys.executable, "-c", FORKING],
+        [sys.executable, "-c", script],
         env=environment,
         capture_output=True,
         text=True,
@@ -230,7 +229,13 @@ def test_a_forked_child_adds_only_what_it_served(environment: dict[str, str]) ->
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    assert float(done.stdout.strip()) == 140
+    return done.stdout.strip()
+
+
+def test_a_forked_child_adds_only_what_it_served(environment: dict[str, str]) -> None:
+    """100 values served before a fork, 40 by the child: the workers' total is 140
+    (the child does not publish the parent's 100 again, nor lose its 40)."""
+    assert float(run_in_a_worker(FORKING, environment)) == 140
 
 
 STARTING_WORKER = """
@@ -249,13 +254,4 @@ def test_a_scrape_while_a_worker_starts_answers(environment: dict[str, str]) -> 
     """A scrape that lands while another worker has created its file but not sized it
     yet answers (prometheus_client's own collector fails there with ``struct.error``,
     which a web server turns into a 500)."""
-    done = subprocess.run(
-        [sys.executable, "-c", STARTING_WORKER],
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "True"
+    assert run_in_a_worker(STARTING_WORKER, environment) == "True"
