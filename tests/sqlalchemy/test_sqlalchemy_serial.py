@@ -167,7 +167,7 @@ def test_gapless_field_in_autocommit_is_refused(setup: Setup) -> None:
 )
 def test_serial_columns_on_any_store(kind: str, tmp_path: Any, request: Any) -> None:
     """serial_column on Memory, Redis and Mongo stores: every Core path, unique serials."""
-    from test_serial import _redis_store
+    from core.test_serial import _redis_store
 
     if kind == "memory":
         store: Any = MemoryStore()

@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 from backends import POSTGRES_URL, _sql_problem, unavailable
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 UPSTREAM_FILES = ("tests/__init__.py", "tests/test_sequences.py")
 SHIMS = {
     "gapless": "from autoseq_django.django_sequences import *  # noqa: F403\n",

@@ -81,7 +81,7 @@ STARTUP = textwrap.dedent(
 
 def test_startup_touches_no_database(tmp_path: Path) -> None:
     """django.setup() opens no database, even with PRELOAD; the first request loads all."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests" / "django")])}
     env.pop("DJANGO_SETTINGS_MODULE", None)
     result = subprocess.run(
         [sys.executable, "-c", STARTUP, str(tmp_path / "app.db")],

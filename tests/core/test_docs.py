@@ -25,7 +25,7 @@ import pytest
 from autoseq import signals
 from autoseq.snowflake import decode
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("autoseq", "autoseq_django", "autoseq_mongoengine")
 ROLE = re.compile(r":(?:py:)?(?:class|func|meth|mod|attr|data|exc|obj|ref|doc):`")
 PRIVATE_MODULE = re.compile(r"\bautoseq\w*(?:\.\w+)*\._[a-z]\w*")

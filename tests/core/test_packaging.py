@@ -10,7 +10,7 @@ import tomllib
 
 import autoseq
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def test_the_version_is_written_once_in_the_package() -> None:

@@ -283,7 +283,7 @@ def test_snowflake_leases_and_lifetime_are_scraped(db_url: str, scrape: Scrape) 
 
 def documented_metrics() -> set[str]:
     """The metric names in the table of docs/operations.md's Metrics section."""
-    text = (Path(__file__).resolve().parent.parent / "docs" / "operations.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
     section = text.split("## Metrics (Prometheus)", 1)[1].split("\n## ", 1)[0]
     rows = [line.split("|")[1] for line in section.splitlines() if line.startswith("| `")]
     return {name for cell in rows for name in re.findall(r"`(autoseq_\w+)", cell)}
