@@ -36,7 +36,7 @@ upstream-mongoengine: $(VENV)/.installed
 	$(PY) -m pip download -q --no-deps --no-binary :all: -d $(UPSTREAM) \
 		"mongoengine==$$($(PY) -c 'import mongoengine; print(mongoengine.__version__)')"
 	tar xzf $(UPSTREAM)/mongoengine-*.tar.gz -C $(UPSTREAM)/mongoengine --strip-components 1
-	AUTOSEQ_MONGOENGINE_SDIST=$(UPSTREAM)/mongoengine $(PY) -m pytest tests/test_mongoengine_upstream.py
+	AUTOSEQ_MONGOENGINE_SDIST=$(UPSTREAM)/mongoengine $(PY) -m pytest tests/mongoengine/test_upstream.py
 
 # django-sequences' own tests/test_sequences.py against autoseq_django's API, on SQLite
 # and PostgreSQL. Its sdist ships no tests: they come from a git clone (cloned here
@@ -47,7 +47,7 @@ upstream-django-sequences: $(VENV)/.installed
 	test -e $(DJANGO_SEQUENCES_REPO) || git clone -q --depth 1 \
 		$(DJANGO_SEQUENCES_GIT) $(DJANGO_SEQUENCES_REPO)
 	AUTOSEQ_DJANGO_SEQUENCES_REPO=$(abspath $(DJANGO_SEQUENCES_REPO)) \
-		$(PY) -m pytest tests/test_django_sequences_upstream.py
+		$(PY) -m pytest tests/django/test_django_sequences_upstream.py
 
 # Django's own test apps (from the installed release's sdist) with SequenceAutoField as
 # DEFAULT_AUTO_FIELD, then BigAutoField, on SQLite and PostgreSQL; fails when a test

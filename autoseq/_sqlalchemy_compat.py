@@ -4,7 +4,7 @@
 SQLAlchemy API only, except through the functions here: each names the
 private or semi-private attribute it reads and why no public one serves.
 When SQLAlchemy changes one of them, this is the file to fix, and
-``tests/test_sqlalchemy.py`` (the ORM bulk insert tests: the caller's dicts
+``tests/sqlalchemy/test_sqlalchemy.py`` (the ORM bulk insert tests: the caller's dicts
 are never written to, mixed explicit and missing keys) is what fails.
 
 Tested with SQLAlchemy 2.1.9 (the version ``pip show sqlalchemy`` reports in

@@ -5,7 +5,7 @@ before it is written, so these helpers reach into its documents and
 classes (``_data``, ``_mark_as_changed``, ``_meta``, ``_fields``,
 ``_get_collection``...). Tested with mongoengine 0.29.3 on pymongo 4.20.0;
 a mongoengine release that renames one of them breaks only this module,
-and ``tests/test_mongoengine_upstream.py`` runs mongoengine's own field
+and ``tests/mongoengine/test_upstream.py`` runs mongoengine's own field
 tests against the drop-in.
 """
 

@@ -1,7 +1,7 @@
 """Measure the shape of the library: import cycles and private names crossing modules.
 
 Run ``python tools/architecture.py`` from the repository root for the figures;
-``tests/test_architecture.py`` uses the same functions to keep them at zero.
+``tests/core/test_architecture.py`` uses the same functions to keep them at zero.
 
 Definitions (read from the source with ``ast``, nothing is imported):
 

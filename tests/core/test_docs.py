@@ -9,6 +9,7 @@ their snippets.
 from __future__ import annotations
 
 import ast
+import fnmatch
 import importlib
 import inspect
 import re
@@ -197,3 +198,76 @@ def test_the_sqlalchemy_quick_start_makes_the_reservations_it_says(
         if "engine" in namespace:
             namespace["engine"].dispose()
     assert len(seen) == stated, [(s["name"], s["prefetch"]) for s in seen]
+
+
+#: A test named in docs/guarantees.md: ``tests/x/test_a.py::test_b``, a bare
+#: ``test_a.py`` (in the folder of the last path on the line, else
+#: ``tests/reliability/``, as the first table says), ``::test_c`` (in the file or
+#: class named before it), or a contract class's test ``StoreContract::test_d``.
+TEST_REFERENCE = re.compile(
+    r"^(?:(?P<file>(?:[\w/]+/)?test_\w+\.py|autoseq/testing/contract\.py)|(?P<cls>[A-Z]\w+))?"
+    r"(?P<names>(?:::[\w*]+)*)$"
+)
+
+
+def definitions(path: Path) -> set[str]:
+    """The module's functions and classes, and each class's methods as ``Class::method``."""
+    found: set[str] = set()
+    for node in ast.parse(path.read_text(), str(path)).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            found.add(node.name)
+        if isinstance(node, ast.ClassDef):
+            found |= {
+                f"{node.name}::{item.name}"
+                for item in node.body
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
+            }
+    return found
+
+
+def missing_tests(text: str) -> list[str]:
+    """Every test ``text`` names that is not there (file, function or method), by line."""
+    contract = ROOT / "autoseq" / "testing" / "contract.py"
+    missing = []
+    for number, line in enumerate(text.splitlines(), 1):
+        folder, path, scope = "tests/reliability", None, ""
+        for span in re.findall(r"`([^`\s]+)`", line):
+            match = TEST_REFERENCE.match(span)
+            if match is None or not (match["file"] or match["names"]):
+                continue
+            if match["file"]:
+                relative = match["file"]
+                if "/" in relative:
+                    folder = relative.rpartition("/")[0]
+                else:
+                    relative = f"{folder}/{relative}"
+                path, scope = ROOT / relative, ""
+                if not path.is_file():
+                    missing.append(f"{number}: {relative}")
+                    path = None
+                    continue
+            if match["cls"]:
+                path, scope = contract, ""
+            names = match["names"].split("::")[1:]
+            for name in [match["cls"], *names] if match["cls"] else names:
+                if name[:1].isupper():
+                    scope = f"{name}::"
+                    continue
+                wanted = scope + name
+                if path is None or not fnmatch.filter(definitions(path), wanted):
+                    where = path.relative_to(ROOT) if path else "no file before it"
+                    missing.append(f"{number}: {span} ({where})")
+    return missing
+
+
+def test_every_test_the_guarantees_name_exists() -> None:
+    """Each file, function and contract method docs/guarantees.md names as a proof is there."""
+    assert missing_tests((ROOT / "docs" / "guarantees.md").read_text()) == []
+    assert missing_tests("`tests/core/test_docs.py::test_no_such_test`, `::test_gone`") == [
+        "1: tests/core/test_docs.py::test_no_such_test (tests/core/test_docs.py)",
+        "1: ::test_gone (tests/core/test_docs.py)",
+    ]
+    assert missing_tests("`test_crash.py`, `tests/test_serving.py`") == ["1: tests/test_serving.py"]
+    assert missing_tests("`MaintenanceContract::test_sync_*`, `::test_none`") == [
+        "1: ::test_none (autoseq/testing/contract.py)"
+    ]

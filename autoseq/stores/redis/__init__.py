@@ -36,7 +36,7 @@ validated and planned with; if not, it hands the row back and Python plans
 again (or refuses the row) before anything is written. ``current`` itself
 is read and written inside the script, so concurrent reservations never
 retry. The blocks equal
-``plan_reservation``'s exactly (tests/test_store_redis.py checks that on
+``plan_reservation``'s exactly (tests/stores/test_redis.py checks that on
 randomized rows).
 
 Durability: Redis acknowledges a write before it is on disk unless told

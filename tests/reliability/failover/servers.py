@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from reliability.faultproxy import FaultProxy
+from ..faultproxy import FaultProxy
 
 PG_BIN = Path(os.environ.get("AUTOSEQ_PG_BIN", "/usr/lib/postgresql/15/bin"))
 PG_USER = "postgres"  # initdb refuses to run as root

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 from backends import sql_url, unique_table
-from reliability.faultproxy import FaultProxy
 
 from autoseq import BufferPolicy, SequenceLock
 from autoseq.residues import check_disjoint, residue_class
 from autoseq.stores import SQLStore
 
+from ..faultproxy import FaultProxy
 from .traffic import Client, Count, Traffic
 
 pytestmark = [pytest.mark.postgres, pytest.mark.mysql]
