@@ -14,6 +14,15 @@ import pytest
         ("autoseq.doctor", "run_cli", "autoseq.cli.doctor"),
         ("autoseq.doctor", "configure_cli", "autoseq.cli.doctor"),
         ("autoseq.doctor", "HELP", "autoseq.cli.doctor"),
+        ("autoseq.serial_sqlalchemy", "SerialField", "autoseq.sqlalchemy"),
+        ("autoseq.serial_sqlalchemy", "SerialSpec", "autoseq.sqlalchemy"),
+        ("autoseq.serial_sqlalchemy", "SerialTarget", "autoseq.sqlalchemy"),
+        ("autoseq.serial_sqlalchemy", "serial_spec", "autoseq.sqlalchemy"),
+        ("autoseq.serial_sqlalchemy", "gapless_sequence_field", "autoseq.sqlalchemy"),
+        ("autoseq.serial_sqlalchemy", "SERIAL_INFO_KEY", "autoseq.sqlalchemy"),
+        ("autoseq.alembic", "convert_column", "autoseq.sqlalchemy.alembic"),
+        ("autoseq.alembic", "drop_store_table", "autoseq.sqlalchemy.alembic"),
+        ("autoseq.alembic", "STORE_TABLES", "autoseq.sqlalchemy.alembic"),
     ],
 )
 def test_an_old_path_warns_and_gives_the_same_object(old: str, name: str, new: str) -> None:

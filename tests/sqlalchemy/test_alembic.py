@@ -19,7 +19,6 @@ import sqlalchemy as sa
 from backends import sql_url
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-from autoseq.alembic import ALLOW_DROP_ENV, STORE_TABLES
 from autoseq.errors import StoreTableInUse
 from autoseq.sqlalchemy import (
     SequenceField,
@@ -33,6 +32,7 @@ from autoseq.sqlalchemy import (
     sequence_column,
     uninstall,
 )
+from autoseq.sqlalchemy.alembic import ALLOW_DROP_ENV, STORE_TABLES
 from autoseq.stores.sql import MissingDriver, SQLStore
 
 alembic = pytest.importorskip("alembic")
@@ -309,8 +309,8 @@ def test_a_downgrade_refuses_to_drop_live_sequence_rows(
     engine = sa.create_engine(fresh_url)
     cfg = alembic_project(tmp_path / "project")
     migration = autogenerate(cfg, engine, metadata, "initial")
-    assert "autoseq.alembic.drop_store_table('sys_sequence')" in migration
-    assert "autoseq.alembic.drop_store_table('sys_worker')" in migration
+    assert "autoseq.sqlalchemy.alembic.drop_store_table('sys_sequence')" in migration
+    assert "autoseq.sqlalchemy.alembic.drop_store_table('sys_worker')" in migration
     assert "op.drop_table('orders')" in migration
     upgrade(cfg, engine, metadata)
     run_the_app(engine, models, 2)  # SQLite: gapless rows in app.db, the rest in the companion
@@ -458,7 +458,7 @@ def test_mixins_and_copies_declare_the_tables_too() -> None:
 
 CONVERT_MIGRATION = '''
 """convert legacy.id"""
-from autoseq.alembic import convert_column
+from autoseq.sqlalchemy.alembic import convert_column
 
 revision = "convert01"
 down_revision = None
@@ -532,7 +532,7 @@ def test_convert_column_drops_the_old_default_and_moves_the_sequence(
 @pytest.mark.parametrize("fresh_url", CONVERT_BACKENDS, indirect=True)
 def test_convert_never_moves_a_row_backward(fresh_url: str) -> None:
     """A sequence already past the column's keys stays where it is."""
-    from autoseq.alembic import convert_on
+    from autoseq.sqlalchemy.alembic import convert_on
 
     backend = {"postgresql": "postgres"}.get(
         sa.make_url(fresh_url).get_backend_name(), sa.make_url(fresh_url).get_backend_name()

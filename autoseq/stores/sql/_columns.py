@@ -1,7 +1,8 @@
 """Reading the application's own tables: ``max()`` of an integer column.
 
-``autoseq sync``, ``doctor --column`` and the SQLAlchemy integration's floor
-for a new row read it through `SQLStore.column_max`.
+``autoseq sync`` and ``doctor --column`` read it through `SQLStore.column_max`.
+The SQLAlchemy integration's floor for a new row reads the bind's own database
+instead, whatever store serves it (`autoseq.sqlalchemy.registries.column_floor`).
 """
 
 from __future__ import annotations

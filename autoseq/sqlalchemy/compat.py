@@ -1,6 +1,6 @@
 """Every SQLAlchemy internal the integration relies on, in one place.
 
-[`autoseq.sqlalchemy`][autoseq.sqlalchemy] and `autoseq.serial_sqlalchemy` use public
+The modules of [`autoseq.sqlalchemy`][autoseq.sqlalchemy] use public
 SQLAlchemy API only, except through the functions here: each names the
 private or semi-private attribute it reads and why no public one serves.
 When SQLAlchemy changes one of them, this is the file to fix, and
@@ -15,9 +15,10 @@ on both.
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, TypeVar
 
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.engine.default import DefaultExecutionContext
@@ -26,6 +27,8 @@ from sqlalchemy.orm.state import InstanceState
 from sqlalchemy.sql.dml import Insert
 from sqlalchemy.util import concurrency
 from sqlalchemy.util.concurrency import await_only
+
+_T = TypeVar("_T")
 
 __all__ = [
     "await_only",
@@ -36,6 +39,7 @@ __all__ = [
     "insert_values",
     "is_from_select",
     "is_multi_values",
+    "off_the_loop",
     "orm_bulk_mapper",
     "pending_states",
     "replace_parameters",
@@ -77,6 +81,19 @@ def in_greenlet() -> bool:
 
 
 _GREENLET = _greenlet_installed()
+
+
+def off_the_loop(fn: Callable[..., _T], *args: Any) -> _T:
+    """``fn(*args)`` in a worker thread, awaited from SQLAlchemy's asyncio greenlet.
+
+    Under ``AsyncSession`` / ``AsyncConnection`` the listeners run in a
+    greenlet on the event loop's thread; a store round trip there would stall
+    every task on the loop, so the greenlet yields to the loop until the
+    thread is done (``await_only``, SQLAlchemy's bridge). Call it only when
+    `in_greenlet` is true.
+    """
+    result: _T = await_only(asyncio.to_thread(fn, *args))
+    return result
 
 
 def is_multi_values(statement: Insert) -> bool:
