@@ -28,6 +28,14 @@ keyword arguments that always include ``name`` (the sequence):
     value reserved before).
 ``block_released``
     ``close()`` handed an unused block back to the store: ``first``, ``count``.
+``failover_skipped``
+    sent with the store as sender: a connection found a new primary
+    (PostgreSQL, its timeline differs from the epoch the rows carry) and
+    moved row ``name`` forward past what the lost replication window could
+    have handed out, before serving: ``skipped`` (values), ``wanted`` (the
+    margin), ``short`` (True when the range had fewer values left than the
+    margin: the row now stands at its end), ``primary`` (system identifier,
+    timeline) and ``was`` (the recorded one).
 """
 
 from __future__ import annotations
@@ -53,10 +61,15 @@ store_failover = _signals.signal(
 row_went_back = _signals.signal(
     "row-went-back", doc="A reservation went back below values reserved before; skipped."
 )
+failover_skipped = _signals.signal(
+    "failover-skipped",
+    doc="A new primary's treatment moved a row past what a lost replication window served.",
+)
 
 __all__ = [
     "block_released",
     "block_reserved",
+    "failover_skipped",
     "low_remaining",
     "prefetch_failed",
     "row_went_back",

@@ -34,7 +34,7 @@ from sqlalchemy.engine import Connection, Engine, RowMapping, make_url
 from sqlalchemy.engine.url import URL
 from sqlalchemy.exc import DBAPIError, IntegrityError, NoSuchTableError, SQLAlchemyError
 
-from autoseq import _hooks
+from autoseq import _hooks, signals
 from autoseq.config import SequenceConfig, utc_now, validate_name
 from autoseq.errors import (
     InvalidSequenceConfig,
@@ -57,6 +57,13 @@ from autoseq.stores.sql._engine import (
     needs_watchdog,
     reconnecting,
     transaction_settings,
+)
+from autoseq.stores.sql._epoch import (
+    DEFAULT_SKIP_BLOCKS,
+    Epoch,
+    Treatment,
+    epoch_table_name,
+    validate_skip_blocks,
 )
 from autoseq.stores.sql._forkgate import _ForkGate as _ForkGate
 from autoseq.stores.sql._replication import (
@@ -133,6 +140,12 @@ class SQLStore:
     the server has synchronous standbys, on them before it is handed out,
     whatever the server or role says; a reservation the server reports as
     committed only locally is never served. ``None`` keeps the server's.
+    ``failover_skip_blocks`` (PostgreSQL): at the first connection to a new
+    primary (its timeline differs from the epoch recorded beside the rows),
+    every row moves forward by that many of its largest blocks before
+    anything is served, so values an asynchronous standby never received
+    are not handed out again by any process (docs/scaling.md); 0 skips
+    nothing (worker leases are still kept).
     """
 
     def __init__(
@@ -146,9 +159,11 @@ class SQLStore:
         statement_timeout: float = 10.0,
         synchronous_commit: str | None = "on",
         connect_args: Mapping[str, Any] | None = None,
+        failover_skip_blocks: int = DEFAULT_SKIP_BLOCKS,
     ) -> None:
         self.table_name = validate_table_name(table)
         synchronous_commit = validate_synchronous_commit(synchronous_commit)
+        self.failover_skip_blocks = validate_skip_blocks(failover_skip_blocks)
         engine_or_url = getattr(engine_or_url, "sync_engine", engine_or_url)  # an AsyncEngine
         if isinstance(engine_or_url, Engine):
             app_url = engine_or_url.url
@@ -197,7 +212,20 @@ class SQLStore:
         )
         self._app_locked_until = 0.0
         self.replication = (
-            Replication(self.engine, synchronous_commit) if self.dialect == "postgresql" else None
+            Replication(
+                self.engine,
+                synchronous_commit,
+                Epoch(
+                    self.table_name,
+                    failover_skip_blocks,
+                    max(1, int(statement_timeout * 500)),
+                    synchronous_commit,
+                    self.engine.dialect.identifier_preparer.quote,
+                ),
+                self._treated,
+            )
+            if self.dialect == "postgresql"
+            else None
         )
         settings = self._session_settings(statement_timeout)
         transaction_settings(self.engine, settings)
@@ -217,6 +245,47 @@ class SQLStore:
         if self.replication is not None:
             settings |= self.replication.settings()
         return settings
+
+    def _treated(self, treatment: Treatment) -> None:
+        """Say what a failover treatment did (a connection of this store ran it)."""
+        skipped = sum(skip.skipped for skip in treatment.skips)
+        log.warning(
+            "PostgreSQL failover (system %s timeline %s, the rows were written on timeline %s): "
+            "moved %d sequence row(s) forward (%d values in all) past what the lost "
+            "replication window could have served, and kept %d live worker lease(s)",
+            *treatment.now,
+            treatment.was[1],
+            len(treatment.skips),
+            skipped,
+            treatment.leases,
+        )
+        for skip in treatment.skips:
+            if skip.short:
+                log.warning(
+                    "sequence %r: the failover margin is %d values but only %d were left "
+                    "before end; the row now stands at its end (reservations raise "
+                    "SequenceExhausted, or a cycling row starts over, where values the old "
+                    "primary served may come again). Raise end, or check the keys in use and "
+                    "set the sequence below them (`autoseq set`)",
+                    skip.name,
+                    skip.wanted,
+                    skip.skipped,
+                )
+            signals.failover_skipped.send(
+                self,
+                name=skip.name,
+                skipped=skip.skipped,
+                wanted=skip.wanted,
+                short=skip.short,
+                primary=treatment.now,
+                was=treatment.was,
+            )
+        for name in treatment.unreadable:
+            log.warning(
+                "sequence %r: its row is not valid, so the failover treatment could not move "
+                "it; fix it (`autoseq doctor`) and move it past the keys in use",
+                name,
+            )
 
     # engine ---------------------------------------------------------------
 
@@ -280,10 +349,27 @@ class SQLStore:
         self._table_ready = True
         self._version_ready = False  # look again: a migration may have just dropped it
         self._upgrade_table()
+        self._record_epoch()
+
+    def _record_epoch(self) -> None:
+        """Record which primary the rows are on (PostgreSQL), unless recorded (see `_epoch`)."""
+        if self.replication is None:
+            return
+        with (
+            self._errors("create_table", "recording the epoch beside the sequence table"),
+            self._transaction() as connection,
+        ):
+            self.replication.record_epoch(connection.connection.dbapi_connection)
 
     def drop_table(self) -> None:
-        """Drop ``sys_sequence`` (tests, ``autoseq`` maintenance)."""
+        """Drop ``sys_sequence`` (tests, ``autoseq`` maintenance), and its epoch record."""
         self.table.drop(self.engine, checkfirst=True)
+        if self.replication is not None:
+            quoted = self.engine.dialect.identifier_preparer.quote(
+                epoch_table_name(self.table_name)
+            )
+            with self._transaction() as connection:
+                connection.exec_driver_sql(f"DROP TABLE IF EXISTS {quoted}")
         self._table_ready = False
 
     def _ensure_table(self) -> None:

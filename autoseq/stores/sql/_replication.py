@@ -16,14 +16,17 @@ reservation can tell whether its own commit drew one.
 
 Each new connection also reads which server it reached: the cluster's
 system identifier and its current WAL timeline. A promoted standby has the
-same identifier and a new timeline, so a change means a failover.
+same identifier and a new timeline, so a change means a failover. The same
+connection then compares it with the epoch record the rows carry
+(`autoseq.stores.sql._epoch`): a new primary gets its failover treatment
+there, before the connection serves anything.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -31,6 +34,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
 from autoseq.errors import InvalidSequenceConfig
+from autoseq.stores.sql._epoch import Epoch, Treatment
 
 log = logging.getLogger("autoseq")
 
@@ -65,9 +69,17 @@ class Replication:
         level = self.synchronous_commit
         return {} if level is None else {"synchronous_commit": level}
 
-    def __init__(self, engine: Engine, synchronous_commit: str | None) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        synchronous_commit: str | None,
+        epoch: Epoch | None = None,
+        on_treated: Callable[[Treatment], None] | None = None,
+    ) -> None:
         self.synchronous_commit = synchronous_commit
         self.primary: tuple[str, str] | None = None
+        self.epoch = epoch
+        self._on_treated = on_treated
         self._changed = False
         self._guard = threading.Lock()
         self._warnings = _Warnings()
@@ -79,20 +91,49 @@ class Replication:
         dbapi_connection.autocommit = True
         try:
             cursor = dbapi_connection.cursor()
-            self._note_identity(cursor)
+            identity = self._note_identity(cursor)
+            if identity is not None and self.epoch is not None:
+                self._check_epoch(cursor, identity)
             cursor.close()
         finally:
             dbapi_connection.autocommit = autocommit
 
-    def _note_identity(self, cursor: Any) -> None:
+    def _check_epoch(self, cursor: Any, identity: tuple[str, str]) -> None:
+        """Treat a new primary before this connection serves (an error fails the connection)."""
+        assert self.epoch is not None
+        treatment = self.epoch.check(cursor, identity)
+        if treatment is None:
+            return
+        with self._guard:
+            self._changed = True  # this process's buffered blocks came from the old primary
+        if self._on_treated is not None:
+            self._on_treated(treatment)
+
+    def record_epoch(self, dbapi_connection: Any) -> None:
+        """Record the primary ``dbapi_connection`` reached as the epoch, unless one is recorded.
+
+        Run by ``create_table()`` inside its transaction; a standby or a
+        look-alike server (no identity) records nothing.
+        """
+        if self.epoch is None:
+            return
+        cursor = dbapi_connection.cursor()
+        try:
+            identity = self._note_identity(cursor)
+            if identity is not None:
+                self.epoch.record(cursor, identity)
+        finally:
+            cursor.close()
+
+    def _note_identity(self, cursor: Any) -> tuple[str, str] | None:
         try:
             cursor.execute(_IDENTITY)
             system, timeline = cursor.fetchone()
         except Exception as exc:  # noqa: BLE001 - no such function (a look-alike server), or no right
             log.debug("cannot tell which PostgreSQL primary this is: %s", exc)
-            return
+            return None
         if timeline is None:
-            return
+            return None
         with self._guard:
             if self.primary is not None and self.primary != (system, timeline):
                 log.warning(
@@ -104,6 +145,7 @@ class Replication:
                 )
                 self._changed = True
             self.primary = (system, timeline)
+        return (system, timeline)
 
     def failed_over(self) -> bool:
         """Whether a connection reached another primary since the last call."""

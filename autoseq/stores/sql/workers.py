@@ -71,6 +71,7 @@ class SQLWorkers:
             except SQLAlchemyError as exc:
                 what = "giving the worker table's names a binary collation (needs ALTER)"
                 raise self._fail(exc, what, None) from exc
+        self.store._record_epoch()  # PostgreSQL: leases are kept at a failover (see _epoch)
         self._ready = True
 
     def drop_table(self) -> None:

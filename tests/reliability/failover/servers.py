@@ -209,9 +209,13 @@ class PostgresPair:
             cls._template = data
         return cls._template
 
-    def url(self) -> str:
-        """The SQLAlchemy URL clients use: both servers, whichever accepts writes."""
-        hosts = f"host=127.0.0.1:{self.primary.port}&host=127.0.0.1:{self.standby.port}"
+    def url(self, standby_port: int | None = None) -> str:
+        """The SQLAlchemy URL clients use: both servers, whichever accepts writes.
+
+        ``standby_port``: reach the standby there instead (a proxy before it).
+        """
+        standby = self.standby.port if standby_port is None else standby_port
+        hosts = f"host=127.0.0.1:{self.primary.port}&host=127.0.0.1:{standby}"
         return f"postgresql+psycopg://{PG_USER}@/postgres?{hosts}&target_session_attrs=read-write"
 
     def wait_streaming(self, timeout: float = 30.0) -> None:

@@ -10,12 +10,13 @@ from contextlib import contextmanager
 import psycopg
 import pytest
 from backends import unique_table
+from reliability.faultproxy import FaultProxy
 
 from autoseq import BufferPolicy, SequenceConfig, SequenceLock
 from autoseq.stores import SQLStore
 
 from .servers import PostgresPair
-from .traffic import Client, Count, Traffic, run, shown
+from .traffic import Client, Count, Traffic, run, run_with_newcomers, shown
 
 pytestmark = pytest.mark.postgres
 
@@ -75,6 +76,45 @@ def test_async_standby_failover_one_process_never_repeats(trial: Callable[..., T
     made = trial()
     clients = made.clients(processes=1, threads=4)
     count = run(clients, made.pair.link.cut, made.pair.fail_over)  # type: ignore[union-attr]
+    assert count.after_failover > 0, count
+    assert count.twice == 0, str(count)
+
+
+def test_async_standby_failover_fresh_processes_never_repeat(trial: Callable[..., Trial]) -> None:
+    """Async standby promoted: processes started on it never repeat what the old primary served.
+
+    Three processes take values while the standby falls behind and go down
+    with the primary's machine; three fresh ones start on the new primary,
+    knowing nothing of what was served. The first connection to it finds
+    the recorded epoch (system, timeline) of the old primary and moves every
+    row past what the lost window could have handed out, before serving.
+    """
+    made = trial()
+    pair = made.pair
+    assert pair.link is not None
+    count = run(made.clients(processes=3), pair.link.cut, pair.fail_over, made.clients(3))
+    assert count.after_failover > 0, count
+    assert count.twice == 0, str(count)
+
+
+def test_async_standby_failover_across_processes_never_repeats(
+    trial: Callable[..., Trial],
+) -> None:
+    """Async standby promoted: survivors and processes started after it never share a value.
+
+    Three processes take values through the loss of the primary (their last
+    blocks never reached the standby) and three fresh ones start on the new
+    primary beside them; every value of all six is counted. The first
+    connection to the new primary finds the recorded epoch (system, timeline)
+    of the old one and moves every row past the values the lost window could
+    have handed out, before anything is served.
+    """
+    made = trial()
+    pair = made.pair
+    assert pair.link is not None
+    count = run_with_newcomers(
+        made.clients(processes=3), pair.link.cut, pair.fail_over, lambda: made.clients(3)
+    )
     assert count.after_failover > 0, count
     assert count.twice == 0, str(count)
 
@@ -148,17 +188,19 @@ def test_sync_standby_failover_never_repeats(trial: Callable[..., Trial]) -> Non
     assert count.twice == 0, str(count)
 
 
-def snowflakes(pair: PostgresPair, table: str, count: int) -> list[Client]:
+def snowflakes(
+    pair: PostgresPair, table: str, count: int, lease_ttl: float = 1.0, url: str | None = None
+) -> list[Client]:
     """``count`` clients, each a process's ``Snowflake`` leasing from ``pair`` (2 threads)."""
     from autoseq.snowflake import Snowflake
 
     return [
         Client(
             Snowflake(
-                SQLStore(pair.url(), table=table, connect_timeout=1, statement_timeout=2.0),
+                SQLStore(url or pair.url(), table=table, connect_timeout=1, statement_timeout=2.0),
                 name="ids",
                 worker_bits=3,
-                lease_ttl=1.0,
+                lease_ttl=lease_ttl,
             ),
             threads=2,
         )
@@ -203,3 +245,48 @@ def test_snowflake_holders_renew_on_the_new_primary_at_once(
                 client.lock.close(timeout=1.0)
     assert count.after_failover > 0, count
     assert count.within_one_client == 0, str(count)
+
+
+def test_snowflake_fresh_processes_never_take_a_live_holders_worker_id(
+    postgres_pair: Callable[..., PostgresPair],
+) -> None:
+    """Async standby lost: processes started after it never share ids with the holders.
+
+    The holders renew on the old primary for four seconds after its standby
+    fell behind (lease_ttl=3: renewals every second), so the new primary has
+    their leases expired while they still issue up to the expiries the old
+    one granted. Their way to the new primary is slow to come back (a proxy
+    refuses them for two seconds after the promotion): fresh processes reach
+    it first, as on a network where the holders' path heals later. Every id
+    of all six is counted. The failover treatment pushes every live-looking
+    lease out by a lease_ttl from the moment it runs, so the fresh ones take
+    free ids and the holders renew theirs when they get through.
+    """
+    pair = postgres_pair()
+    assert pair.link is not None
+    table = unique_table("flake")
+    holders_path = FaultProxy(pair.standby.port)
+    first = snowflakes(pair, table, 3, lease_ttl=3.0, url=pair.url(holders_path.port))
+    then: list[Client] = []
+    try:
+        with Traffic(first) as traffic:
+            # past a new lease table's grace: the expiries are the renewals' own
+            traffic.run_until(4.0, traffic.all_moved_since([0] * 3))
+            pair.link.cut()
+            traffic.run_until(4.0)
+            holders_path.cut()
+            pair.fail_over()
+            marks = traffic.marks()
+            then = snowflakes(pair, table, 3, lease_ttl=3.0)
+            with Traffic(then) as fresh:
+                fresh.run_until(2.0, fresh.all_moved_since([0] * 3))
+                holders_path.heal()
+                fresh.run_until(1.0)
+        count = shown(Count.of(first + then, marks + [0] * 3))
+    finally:
+        for client in first + then:
+            with contextlib.suppress(Exception):
+                client.lock.close(timeout=1.0)
+        holders_path.close()
+    assert count.after_failover > 0, count
+    assert count.twice == 0, str(count)

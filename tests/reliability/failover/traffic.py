@@ -147,6 +147,37 @@ def run(
     return shown(Count.of(clients + then, marks))
 
 
+def run_with_newcomers(
+    clients: list[Client],
+    before_loss: Callable[[], None],
+    lose: Callable[[], None],
+    newcomers: Callable[[], list[Client]],
+) -> Count:
+    """Traffic; ``before_loss``; ``lose``; then fresh clients join the survivors.
+
+    The first clients keep taking values through the loss, and the clients
+    ``newcomers()`` builds after it (processes started once the new primary
+    is up, knowing nothing of what was served) take values beside them: a
+    value lost with the old primary and handed out again shows up across
+    processes, the case no per-process fence can catch.
+    """
+    with Traffic(clients) as traffic:
+        traffic.run_until(0.5, traffic.all_moved_since([0] * len(clients)))
+        before_loss()
+        traffic.run_until(0.6)
+        lose()
+        marks = traffic.marks()
+        then = newcomers()
+        with Traffic(then) as fresh:
+            fresh.run_until(
+                0.5,
+                lambda: (
+                    traffic.all_moved_since(marks)() and fresh.all_moved_since([0] * len(then))()
+                ),
+            )
+    return shown(Count.of(clients + then, marks + [0] * len(then)))
+
+
 def shown(count: Count) -> Count:
     """``count``, printed for the record (``pytest -s`` shows it, passing or not)."""
     print(f"failover trial: {count}")
