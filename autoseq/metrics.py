@@ -39,6 +39,9 @@ Every metric has a ``store`` label (the store's URL without a password, as
 ``autoseq_released_values_total``         counter  unused values handed back on close
 ``autoseq_failovers_total``                counter  reservations that found another primary
 ``autoseq_rows_went_back_total``           counter  reservations below values reserved before
+``autoseq_failover_skipped_values_total``  counter  values a new primary's treatment skipped
+                                                   (PostgreSQL, this process ran it)
+``autoseq_failover_short_total``           counter  rows whose range was too short for the margin
 ``autoseq_worker_leases_acquired_total``  counter  snowflake worker-id leases taken (``sequence``
                                                    is the snowflake layout's name)
 ``autoseq_worker_leases_lost_total``      counter  leases lost (not renewed in time, taken over)
@@ -273,6 +276,14 @@ class AutoseqMetrics(Collector):
         self.rows_went_back = counter(
             "rows_went_back", "Reservations below values reserved before, skipped (lost writes)."
         )
+        self.failover_skipped = counter(
+            "failover_skipped_values",
+            "Values a new primary's failover treatment skipped (run by this process).",
+        )
+        self.failover_short = counter(
+            "failover_short",
+            "Rows a failover treatment left at their end: the range was shorter than the margin.",
+        )
         self._generators: weakref.WeakSet[Any] = weakref.WeakSet()
         registry.register(self)
         signals.block_reserved.connect(self._on_reserved)
@@ -285,12 +296,16 @@ class AutoseqMetrics(Collector):
         signals.worker_lease_lost.connect(self._on_lease_lost)
         signals.store_failover.connect(self._on_failover)
         signals.row_went_back.connect(self._on_went_back)
+        signals.failover_skipped.connect(self._on_failover_skipped)
 
     # what the signals say ------------------------------------------------------
 
     def _key(self, sender: Any, name: object) -> _Key:
         """(store, sequence): two databases may each have a sequence of the same name."""
-        store = getattr(sender, "store", None)
+        return self._store_key(getattr(sender, "store", None), name)
+
+    def _store_key(self, store: Any, name: object) -> _Key:
+        """(store, sequence) for a signal whose sender is the store itself."""
         if store is None:
             return ("-", str(name))
         try:
@@ -339,6 +354,12 @@ class AutoseqMetrics(Collector):
 
     def _on_failover(self, sender: Any, **kw: Any) -> None:
         self.failovers.labels(*self._key(sender, kw["name"])).inc()
+
+    def _on_failover_skipped(self, sender: Any, **kw: Any) -> None:
+        key = self._store_key(sender, kw["name"])
+        self.failover_skipped.labels(*key).inc(int(kw["skipped"]))
+        if kw.get("short"):
+            self.failover_short.labels(*key).inc()
 
     def _on_went_back(self, sender: Any, **kw: Any) -> None:
         self.rows_went_back.labels(*self._key(sender, kw["name"])).inc()

@@ -285,3 +285,38 @@ def test_failover_skip_blocks_must_be_a_whole_number(value: object) -> None:
     """A bad margin is refused with the setting's name and what to give."""
     with pytest.raises(InvalidSequenceConfig, match="failover_skip_blocks"):
         SQLStore("sqlite://", failover_skip_blocks=value)  # type: ignore[arg-type]
+
+
+def test_a_treatment_is_counted_in_metrics(table: str) -> None:
+    """autoseq_failover_skipped_values_total and autoseq_failover_short_total move, per store."""
+    from prometheus_client import CollectorRegistry
+
+    from autoseq import metrics
+
+    setup = store_on(table)
+    setup.create(SequenceConfig("orders", batch_count=10))
+    setup.create(SequenceConfig("serial", end=99, batch_count=10))
+    pretend_the_rows_came_from_another_primary(setup)
+    registry = CollectorRegistry()
+    collector = metrics.AutoseqMetrics(registry=registry)
+    store = store_on(table)
+    try:
+        store.reserve("orders", 10)
+    finally:
+        signals.failover_skipped.disconnect(collector._on_failover_skipped)
+        store.close()
+        setup.close()
+    found = {
+        (sample.name, sample.labels["sequence"]): sample.value
+        for family in registry.collect()
+        for sample in family.samples
+        if sample.name.startswith("autoseq_failover_")
+    }
+    orders = setup.read("orders")
+    assert orders is not None
+    assert found[("autoseq_failover_skipped_values_total", "orders")] == margin(
+        orders, DEFAULT_SKIP_BLOCKS
+    )
+    assert found[("autoseq_failover_skipped_values_total", "serial")] == 99
+    assert found[("autoseq_failover_short_total", "serial")] == 1
+    assert ("autoseq_failover_short_total", "orders") not in found
