@@ -795,7 +795,9 @@ class SQLStore:
             self._connection() as connection,
         ):
             return replication_findings(
-                connection.connection.dbapi_connection, self.replication.synchronous_commit
+                connection.connection.dbapi_connection,
+                self.replication.synchronous_commit,
+                self.replication.epoch,
             )
 
     def _missing_table(self, exc: BaseException) -> bool:

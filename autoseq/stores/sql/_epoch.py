@@ -186,6 +186,14 @@ class Epoch:
                 problem,
             )
 
+    def recorded(self, connection: Any) -> bool:
+        """Whether the record exists (a DBAPI connection to the primary; for ``doctor``)."""
+        cursor = connection.cursor()
+        try:
+            return self._exists(cursor, self.table)
+        finally:
+            cursor.close()
+
     def record(self, cursor: Any, identity: tuple[str, str], *, if_used: bool = False) -> None:
         """Create the record unless made (``if_used``: where rows or leases exist).
 

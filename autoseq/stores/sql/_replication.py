@@ -186,13 +186,22 @@ _REPEATS = (
     "a failover to one of them can hand out again values served from a block it had not "
     "received yet, to another process"
 )
+_TREATED = (
+    "a failover to one of them is treated before the new primary serves: every row moves "
+    "forward by {blocks} of its largest blocks and live worker leases are kept a lease_ttl, "
+    "so no process repeats a value unless the lost window served more than that margin "
+    "(SQLStore(failover_skip_blocks=...))"
+)
 
 
-def findings(connection: Any, level: str | None) -> list[tuple[str, str]]:
+def findings(
+    connection: Any, level: str | None, epoch: Epoch | None = None
+) -> list[tuple[str, str]]:
     """(level, message) pairs: could a failover or a crash repeat values on this server?
 
     ``connection`` is a DBAPI connection to the primary, ``level`` the
-    store's ``synchronous_commit``.
+    store's ``synchronous_commit``, ``epoch`` its epoch record (which a
+    failover to an asynchronous standby is treated by).
     """
     cursor = connection.cursor()
     cursor.execute(_STANDBYS)
@@ -222,12 +231,22 @@ def findings(connection: Any, level: str | None) -> list[tuple[str, str]]:
             )
         )
     elif states and not any(state in ("sync", "quorum") for state in states):
+        recorded = epoch is not None and epoch.recorded(connection)
+        if recorded and epoch is not None and epoch.skip_blocks > 0:
+            what = _TREATED.format(blocks=epoch.skip_blocks)
+        elif recorded:
+            what = f"{_REPEATS} (SQLStore(failover_skip_blocks=0) skips nothing at a failover)"
+        else:
+            what = (
+                f"{_REPEATS}, and there is no epoch record to notice the failover by "
+                "(create the sequence table with `autoseq init` or SQLStore.create_table())"
+            )
         found.append(
             (
                 "warning",
-                f"{len(states)} asynchronous standby(s) and no synchronous one: {_REPEATS}. "
+                f"{len(states)} asynchronous standby(s) and no synchronous one: {what}. "
                 "Make one synchronous (synchronous_standby_names = 'ANY 1 (...)'): autoseq "
-                "then waits for it at every reservation",
+                "then waits for it at every reservation and nothing is skipped",
             )
         )
     elif states and effective == "local":

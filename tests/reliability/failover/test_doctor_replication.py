@@ -36,6 +36,30 @@ def test_async_standby_only_is_a_warning_naming_the_fix(
 
 
 @pytest.mark.postgres
+def test_async_standby_says_whether_a_failover_is_treated(
+    postgres_pair: Callable[..., PostgresPair],
+) -> None:
+    """Async standby: doctor says the treatment's margin once the epoch record exists, else not."""
+    pair = postgres_pair()
+    bare = SQLStore(pair.url(), table=unique_table())
+    made = SQLStore(pair.url(), table=unique_table())
+    made.create_table()
+    off = SQLStore(pair.url(), table=made.table_name, failover_skip_blocks=0)
+    try:
+        ((_, untreated),) = replication(bare)
+        ((level, treated),) = replication(made)
+        ((_, skipping_nothing),) = replication(off)
+    finally:
+        for store in (bare, made, off):
+            store.close()
+    assert "no epoch record" in untreated
+    assert level == "warning"
+    assert "is treated before the new primary serves" in treated
+    assert "16 of its largest blocks" in treated
+    assert "failover_skip_blocks=0" in skipping_nothing
+
+
+@pytest.mark.postgres
 def test_sync_standby_is_ok_and_server_off_is_an_error_when_kept(
     postgres_pair: Callable[..., PostgresPair],
 ) -> None:
