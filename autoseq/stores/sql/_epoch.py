@@ -27,8 +27,9 @@ failover; the others wait on the row, then see it done):
   holder's renewals were lost while that holder still issues;
 * the record takes the new primary's identity.
 
-The record is created by ``SQLStore.create_table()``, and lazily by the
-first connection that finds the sequence table without it (a deployment
+The record is created by ``SQLStore.create_table()`` (and the worker
+table's, for snowflake leases alone), and lazily by the first connection
+that finds the sequence or worker table without it (a deployment
 made by an older autoseq, or by a migration that created the table only).
 A failover before the record exists is not treated: there is nothing to
 compare with.
