@@ -779,16 +779,34 @@ class RedisStore:
         args = [version, version + 1, *_row_args(row)[1:]]  # the name is the key's
         with self._errors("compare_and_set", f"writing sequence {row.name!r}", row.name):
             key = self.resolve_key(row.name)
-            reply = self._compare_and_set(keys=[key], args=args, client=self.client)
+            reply, acknowledged, wanted = self.write_script(
+                self._compare_and_set, key, args, row.name
+            )
             if _bytes(reply[0]) == b"missing" and self.moved_from_legacy(row.name, "seq", key):
                 key = self.resolve_key(row.name)
-                reply = self._compare_and_set(keys=[key], args=args, client=self.client)
+                reply, acknowledged, wanted = self.write_script(
+                    self._compare_and_set, key, args, row.name
+                )
         status = _bytes(reply[0])
         if status == b"missing":
             raise SequenceNotFound(row.name)
         self._plans.pop(row.name, None)
         if status != b"ok":
             return None
+        if acknowledged < wanted:
+            # Written on the primary only: a failover now would bring the row back as it was
+            # (a forward move undone, then values below it handed out again).
+            raise StoreUnavailable(
+                f"sequence {row.name!r}: {acknowledged} of {wanted} Redis replica(s) "
+                f"acknowledged the write of current={row.next_value} within "
+                f"{self.replication.timeout}s; a failover to a replica without it would bring "
+                "the row back as it was. Bring the replicas back and run the command again "
+                "(it reads the row anew), or pass RedisStore(replicas=...) the number that must "
+                "have each write",
+                name=row.name,
+                operation="compare_and_set",
+                reason="not replicated",
+            )
         return self._decode(row.name, _pairs(reply[1]))
 
     # rows as Redis holds them -------------------------------------------------

@@ -156,3 +156,46 @@ def test_snowflake_leases_survive_a_failover(
     count = snowflake_trial(redis_pair, generators, lease_after_cut=lease_after_cut)
     assert count.after_failover > 0, count
     assert count.twice == 0, str(count)
+
+
+def test_a_forward_move_is_never_lost_in_a_failover_unannounced(redis_pair: RedisPair) -> None:
+    """A row moved forward (`set`, `sync`, `change`) waits for the replica like a reservation.
+
+    With the replica cut off, the move is written on the primary alone; it
+    must not pass for done: the replica promoted next has the row as it was,
+    and would hand out the values the move was there to skip. Before the
+    write waited (`WAIT`), the move returned the new row and the promoted
+    replica served from 11 again.
+    """
+    from autoseq.errors import StoreUnavailable
+
+    store = RedisStore(redis_pair.url(), socket_timeout=1.0)
+    try:
+        store.create(SequenceConfig("orders", batch_count=10))
+        store.reserve("orders", 10)
+        redis_pair.cut_replica()
+        row = store.read("orders")
+        assert row is not None
+        with pytest.raises(StoreUnavailable, match="acknowledged the write of current=1000"):
+            store.compare_and_set(row.with_current(1_000), row.version)
+        redis_pair.fail_over()
+        promoted = store.read("orders")
+        assert promoted is not None
+        assert promoted.next_value == 11  # the move never reached it, as the error said
+    finally:
+        store.close()
+
+
+def test_a_forward_move_reaches_the_replica_before_it_returns(redis_pair: RedisPair) -> None:
+    """With the replica connected, a move acknowledged by it survives the failover at once."""
+    store = RedisStore(redis_pair.url(), socket_timeout=1.0)
+    try:
+        store.create(SequenceConfig("orders", batch_count=10))
+        store.reserve("orders", 10)
+        row = store.read("orders")
+        assert row is not None
+        assert store.compare_and_set(row.with_current(1_000), row.version) is not None
+        redis_pair.fail_over()  # at once: no time for an unwaited write to arrive later
+        assert store.reserve("orders", 10).first == 1_000
+    finally:
+        store.close()
