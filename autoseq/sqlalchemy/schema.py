@@ -27,7 +27,10 @@ _STORE_KEY = "autoseq_store_table"
 
 
 def _declare_store_tables(column: Column[Any], table: Any) -> None:
-    """Declare ``sys_sequence`` / ``sys_worker`` where a generated column joins a table.
+    """Declare ``sys_sequence`` / ``sys_worker`` / ``sys_epoch`` where a generated column joins.
+
+    ``sys_epoch`` is PostgreSQL's failover record (`autoseq.stores.sql.epoch_table`);
+    elsewhere it stays empty.
 
     So that Alembic autogenerate and ``create_all()`` see the tables the store
     makes at run time without a line of the user's (issue 31), and
@@ -42,6 +45,8 @@ def _declare_store_tables(column: Column[Any], table: Any) -> None:
     if kind is None or not isinstance(metadata, sa.MetaData):
         return
     named = metadata.info.get(_NAMED_KEY, {})
+    if "epoch" not in named:  # PostgreSQL's failover record, for rows and leases alike
+        _declare(metadata, "sys_epoch", _epoch_table)
     if kind is SnowflakeTarget:
         if "worker" not in named:
             _declare(metadata, "sys_worker", _worker_table)
@@ -118,6 +123,9 @@ def include_sequence_table(metadata: sa.MetaData, name: str = "sys_sequence") ->
     application's metadata no longer mentions it. ``metadata.create_all()``
     creates it too, and ``drop_all()`` drops it: see docs/sqlalchemy.md.
     """
+    from autoseq.stores.sql import epoch_table_name
+
+    _include(metadata, "epoch", epoch_table_name(name), "sys_epoch", _epoch_table)
     return _include(metadata, "sequence", name, "sys_sequence", _sequence_table)
 
 
@@ -139,6 +147,12 @@ def _sequence_table(name: str, metadata: sa.MetaData) -> sa.Table:
     from autoseq.stores.sql import sequence_table
 
     return sequence_table(name, metadata)
+
+
+def _epoch_table(name: str, metadata: sa.MetaData) -> sa.Table:
+    from autoseq.stores.sql import epoch_table
+
+    return epoch_table(name, metadata)
 
 
 def _worker_table(name: str, metadata: sa.MetaData) -> sa.Table:

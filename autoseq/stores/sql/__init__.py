@@ -62,6 +62,7 @@ from autoseq.stores.sql._epoch import (
     DEFAULT_SKIP_BLOCKS,
     Epoch,
     Treatment,
+    epoch_table,
     epoch_table_name,
     validate_skip_blocks,
 )
@@ -108,6 +109,8 @@ __all__ = [
     "MissingDriver",
     "SQLStore",
     "check_driver",
+    "epoch_table",
+    "epoch_table_name",
     "make_names_binary",
     "name_type",
     "reconnecting",

@@ -42,6 +42,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql.base import PGDialect
+
 from autoseq.config import SequenceConfig, utc_now
 from autoseq.errors import InvalidSequenceConfig, InvalidStoredRow
 from autoseq.pacing import DEFAULT_MAX_BATCH_COUNT, RANGE_SHARE
@@ -67,6 +70,24 @@ def epoch_table_name(sequence_table: str) -> str:
     if sequence_table == "sys_sequence":
         return "sys_epoch"
     return f"{sequence_table[:57]}_epoch"
+
+
+def epoch_table(name: str = "sys_epoch", metadata: sa.MetaData | None = None) -> sa.Table:
+    """The epoch record's table as SQLAlchemy Core sees it (one row, ``id`` 1).
+
+    Declared beside ``sys_sequence`` for Alembic and ``create_all()``
+    (`autoseq.sqlalchemy`); the store creates it from this same definition.
+    Outside PostgreSQL it stays empty.
+    """
+    return sa.Table(
+        name,
+        metadata if metadata is not None else sa.MetaData(),
+        sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+        sa.Column("system_identifier", sa.String(32), nullable=False),
+        sa.Column("timeline", sa.String(8), nullable=False),
+        sa.Column("treated_at", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("treatments", sa.BigInteger, nullable=False, server_default="0"),
+    )
 
 
 def validate_skip_blocks(value: object) -> int:
@@ -144,6 +165,11 @@ class Epoch:
         self.sequence_table = quote(sequence_table)
         self.table = quote(epoch_table_name(sequence_table))
         self.worker_table = quote(worker_table_name(sequence_table))
+        self._create = str(
+            sa.schema.CreateTable(
+                epoch_table(epoch_table_name(sequence_table)), if_not_exists=True
+            ).compile(dialect=PGDialect())  # type: ignore[no-untyped-call]
+        )
         self.skip_blocks = skip_blocks
         self.lock_timeout_ms = lock_timeout_ms
         self.level = level
@@ -204,11 +230,7 @@ class Epoch:
             self._exists(cursor, self.sequence_table) or self._exists(cursor, self.worker_table)
         ):
             return  # nothing to protect yet: create_table() records it
-        cursor.execute(
-            f"CREATE TABLE IF NOT EXISTS {self.table} (id integer PRIMARY KEY, "
-            "system_identifier varchar(32) NOT NULL, timeline varchar(8) NOT NULL, "
-            "treated_at timestamptz, treatments bigint NOT NULL DEFAULT 0)"
-        )
+        cursor.execute(self._create)
         cursor.execute(
             f"INSERT INTO {self.table} (id, system_identifier, timeline) VALUES (1, %s, %s) "  # noqa: S608
             "ON CONFLICT (id) DO NOTHING",
