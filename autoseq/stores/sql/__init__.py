@@ -360,7 +360,7 @@ class SQLStore:
             return
         with (
             self._errors("create_table", "recording the epoch beside the sequence table"),
-            self._transaction() as connection,
+            self._connection() as connection,
         ):
             self.replication.record_epoch(connection.connection.dbapi_connection)
 

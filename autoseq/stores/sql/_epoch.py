@@ -37,6 +37,7 @@ compare with.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -186,18 +187,19 @@ class Epoch:
             row = cursor.fetchone()
         except Exception as exc:  # noqa: BLE001 - the driver's error, read by its SQLSTATE
             if _sqlstate(exc) == _UNDEFINED_TABLE:
-                self._record_or_warn(cursor, identity, if_used=True)
+                self.record_or_warn(cursor, identity, if_used=True)
             else:
                 self._warn_once(f"cannot read the epoch record {self.table}: {exc}")
             return None
         if row is None:
-            self._record_or_warn(cursor, identity)
+            self.record_or_warn(cursor, identity)
             return None
         if tuple(row) == identity:
             return None
         return self._treat(cursor, identity)
 
-    def _record_or_warn(self, cursor: Any, identity: tuple[str, str], **how: bool) -> None:
+    def record_or_warn(self, cursor: Any, identity: tuple[str, str], **how: bool) -> None:
+        """`record`, or a warning (once) where the store may not create or write it."""
         try:
             self.record(cursor, identity, **how)
         except Exception as exc:  # noqa: BLE001 - no right to create it: serve, unprotected
@@ -226,11 +228,12 @@ class Epoch:
 
         An existing record is left as it is: only a treatment changes it.
         """
-        if if_used and not (
-            self._exists(cursor, self.sequence_table) or self._exists(cursor, self.worker_table)
-        ):
-            return  # nothing to protect yet: create_table() records it
-        cursor.execute(self._create)
+        if not self._exists(cursor, self.table):  # made by a migration: no CREATE right needed
+            if if_used and not (
+                self._exists(cursor, self.sequence_table) or self._exists(cursor, self.worker_table)
+            ):
+                return  # nothing to protect yet: create_table() records it
+            cursor.execute(self._create)
         cursor.execute(
             f"INSERT INTO {self.table} (id, system_identifier, timeline) VALUES (1, %s, %s) "  # noqa: S608
             "ON CONFLICT (id) DO NOTHING",
@@ -243,7 +246,8 @@ class Epoch:
             treatment = self._treat_in_transaction(cursor, identity)
             cursor.execute("COMMIT")
         except BaseException:
-            cursor.execute("ROLLBACK")
+            with contextlib.suppress(Exception):  # a dead connection has nothing to roll back
+                cursor.execute("ROLLBACK")
             raise
         return treatment
 

@@ -112,18 +112,22 @@ class Replication:
     def record_epoch(self, dbapi_connection: Any) -> None:
         """Record the primary ``dbapi_connection`` reached as the epoch, unless one is recorded.
 
-        Run by ``create_table()`` inside its transaction; a standby or a
-        look-alike server (no identity) records nothing.
+        Run by ``create_table()`` (in autocommit); a standby or a look-alike
+        server (no identity) records nothing, and a store without the right
+        to create it warns once and serves on.
         """
         if self.epoch is None:
             return
+        autocommit = dbapi_connection.autocommit
+        dbapi_connection.autocommit = True
         cursor = dbapi_connection.cursor()
         try:
             identity = self._note_identity(cursor)
             if identity is not None:
-                self.epoch.record(cursor, identity)
+                self.epoch.record_or_warn(cursor, identity)
         finally:
             cursor.close()
+            dbapi_connection.autocommit = autocommit
 
     def _note_identity(self, cursor: Any) -> tuple[str, str] | None:
         try:
