@@ -290,3 +290,36 @@ def test_snowflake_fresh_processes_never_take_a_live_holders_worker_id(
         holders_path.close()
     assert count.after_failover > 0, count
     assert count.twice == 0, str(count)
+
+
+def test_a_user_who_may_not_create_the_record_is_served_and_warned(
+    postgres_pair: Callable[..., PostgresPair], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The tables made by an owner, the store run as a user without CREATE: it serves, warns once.
+
+    The epoch record is then missing (a deployment made before it); the
+    store cannot protect a failover, and says so, but never fails a
+    connection for it.
+    """
+    pair = postgres_pair()
+    table = unique_table("epoch")
+    owner = SQLStore(pair.url(), table=table)
+    owner.create_table()
+    owner.create(SequenceConfig("orders", batch_count=10))
+    pair.primary.sql(f"DROP TABLE {table}_epoch")
+    pair.primary.sql("CREATE ROLE app LOGIN")
+    pair.primary.sql(f"GRANT SELECT, UPDATE ON {table} TO app")
+    url = pair.url().replace("//postgres@", "//app@", 1)
+    app = SQLStore(url, table=table)
+    try:
+        with caplog.at_level("WARNING", logger="autoseq"):
+            blocks = [app.reserve("orders", 10) for _ in range(3)]
+            app.engine.dispose()
+            blocks.append(app.reserve("orders", 10))
+        assert [block.first for block in blocks] == [1, 11, 21, 31]
+        warned = [r.getMessage() for r in caplog.records if "epoch record" in r.getMessage()]
+        assert len(warned) == 1, warned
+        assert "cannot create the epoch record" in warned[0]
+    finally:
+        app.close()
+        owner.close()
