@@ -108,7 +108,7 @@ def largest_block(row: SequenceConfig) -> int:
     to `DEFAULT_MAX_BATCH_COUNT`, and to no more than 1/`RANGE_SHARE` of a
     short range, never below ``batch_count``.
     """
-    floor = row.block_size
+    floor = row.batch_count  # a lock may take blocks whatever the row's batch flag says
     return max(floor, min(DEFAULT_MAX_BATCH_COUNT, row.range_size // RANGE_SHARE))
 
 
@@ -116,11 +116,12 @@ def margin(row: SequenceConfig, skip_blocks: int) -> int:
     """Values of ``row`` a failover treatment skips: ``skip_blocks`` of its largest blocks.
 
     What a lost replication window can have handed out is at most the
-    blocks reserved on the old primary during the standby's lag. Blocks
-    are sized to last ``block_seconds`` (2 s) each, so 16 of the largest
-    cover a lag of about 30 s for one process at full speed, and far more
-    at the rates a database round trip per block allows; on a 64-bit
-    range that is 2**28 values, nothing beside 2**63.
+    blocks reserved on the old primary during the standby's lag. The
+    largest block (2**24 values on a 64-bit range) lasts about a second
+    of one process taking values at full speed in memory, so 16 of them
+    cover a lag of about 16 s of such a process (16/N s of N of them), and
+    far longer at the rates applications take keys; 2**28 values, nothing
+    beside 2**63. A short range gets 1/100 of its values per block.
     """
     return skip_blocks * largest_block(row)
 
