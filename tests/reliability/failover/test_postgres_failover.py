@@ -10,11 +10,11 @@ from contextlib import contextmanager
 import psycopg
 import pytest
 from backends import unique_table
-from reliability.faultproxy import FaultProxy
 
 from autoseq import BufferPolicy, SequenceConfig, SequenceLock
 from autoseq.stores import SQLStore
 
+from ..faultproxy import FaultProxy
 from .servers import PostgresPair
 from .traffic import Client, Count, Traffic, run, run_with_newcomers, shown
 
