@@ -557,6 +557,70 @@ class SequenceLock:
         )
         signals.low_remaining.send(self, name=self.name, remaining=remaining, used_share=used)
 
+    # first blocks reserved for many locks at once (SequenceRegistry.warm) -----
+
+    def first_block_wanted(self) -> int:
+        """How many values this lock's first reservation would take; 0 if it wants none.
+
+        0 once it has reserved (or is reserving), when closed, in a forked
+        child, and without ``batch`` (each caller reserves its own values).
+        """
+        with self._lock:
+            if (
+                not self._batch
+                or self._closed
+                or self._loading
+                or self._tally.reservations
+                or self._pid != os.getpid()
+            ):
+                return 0
+            return self._sizer.reservation(1, self._bulk_buffer())
+
+    def adopt(self, block: Block, *, latency: float = 0.0, started: float | None = None) -> bool:
+        """Serve ``block``, reserved for this sequence elsewhere, as the lock's first block.
+
+        What ``SequenceRegistry.warm`` calls after reserving the first blocks
+        of many sequences in one round trip: the block is recorded and
+        signalled as any reservation of the lock (``block_reserved`` with
+        ``prefetch=True``). False, leaving ``block`` to the caller (to hand
+        back), when the lock reserved meanwhile or wants none (see
+        `first_block_wanted`).
+        """
+        with self._cond:
+            if (
+                block.name != self.name
+                or not self._batch
+                or self._closed
+                or self._loading
+                or self._tally.reservations
+                or self._pid != os.getpid()
+            ):
+                return False
+            self._loading = True  # a caller arriving now waits for this block
+        try:
+            block = self._fenced(block, block.count)  # nothing reserved here before: no store call
+            self._note_success(block, latency, time.monotonic() if started is None else started)
+            signals.block_reserved.send(
+                self,
+                name=self.name,
+                first=block.first,
+                last=block.last,
+                count=block.count,
+                latency=latency,
+                prefetch=True,
+            )
+            if block.cycled:
+                signals.sequence_cycled.send(
+                    self, name=self.name, start=block.row.start, end=block.row.end
+                )
+            self._check_low_remaining(block)
+        finally:
+            with self._cond:
+                self._loading = False
+                self._buffer.add(block)
+                self._cond.notify_all()
+        return True
+
     # prefetch, on the shared pool ---------------------------------------------
 
     def _prefetch(self, ticket: object) -> None:

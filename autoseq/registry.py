@@ -5,14 +5,28 @@ from __future__ import annotations
 import threading
 import time
 import weakref
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 from typing import Any, Generic, TypeVar
 
 from autoseq import _hooks
-from autoseq.config import SequenceConfig, validate_name
+from autoseq.config import (
+    SequenceConfig,
+    config_from_values,
+    configs_from_values,
+    plainly_valid,
+    validate_name,
+)
 from autoseq.errors import GaplessUnavailable, SequenceNotFound
 from autoseq.lock import DEFAULT_CLOSE_TIMEOUT, BufferPolicy, SequenceLock, close_locks
-from autoseq.stores.base import Block, SequenceStore
+from autoseq.stores.base import (
+    Block,
+    SequenceStore,
+    check_configs,
+    create_many,
+    release_many,
+    reserve_many,
+)
+from autoseq.stores.capabilities import ReadsRowValues
 
 
 def opening_row(config: SequenceConfig, floor: int | None) -> SequenceConfig:
@@ -22,6 +36,20 @@ def opening_row(config: SequenceConfig, floor: int | None) -> SequenceConfig:
     # Keys past ``end`` leave the row exhausted: reservations then say so.
     return config.with_current(
         min(config.first_value_after(floor), config.last_value + config.step)
+    )
+
+
+def _config(row: SequenceConfig | tuple[Any, ...]) -> SequenceConfig:
+    """A row `SequenceRegistry.load` kept: built now from its checked tuple if need be."""
+    return row if isinstance(row, SequenceConfig) else config_from_values(row)
+
+
+def _gapless_refused(config: SequenceConfig) -> GaplessUnavailable:
+    return GaplessUnavailable(
+        f"sequence {config.name!r} is gapless: its values are taken one by one in "
+        "the caller's transaction (Serial(..., gapless=True).next(connection), "
+        "autoseq.gapless.take, or a gapless field), never served from a block by "
+        "a SequenceLock, which would leave gaps"
     )
 
 
@@ -46,9 +74,11 @@ class SequenceRegistry:
         self.auto_create = auto_create
         self.defaults = defaults or SequenceConfig
         self._locks: dict[str, SequenceLock] = {}
-        # Rows read by load() whose lock is built on first use (issue 34):
-        # ten thousand rows load without ten thousand locks.
-        self._loaded: dict[str, SequenceConfig] = {}
+        # Rows read by load() or created by register_many() whose lock is
+        # built on first use (issue 34): ten thousand rows load without ten
+        # thousand locks. A row is a SequenceConfig or, from load(), the
+        # checked tuple it is built from on first use (`_config`).
+        self._loaded: dict[str, SequenceConfig | tuple[Any, ...]] = {}
         self._guard = threading.Lock()
 
     def _lock_for(self, row: SequenceConfig, policy: BufferPolicy | None) -> SequenceLock:
@@ -72,19 +102,101 @@ class SequenceRegistry:
         if lock is not None:
             return lock
         row = self._loaded.get(name)
-        return None if row is None else self._lock_for(row, None)
+        return None if row is None else self._lock_for(_config(row), None)
 
     def load(self) -> list[str]:
         """Read every row (app start-up); returns the names.
 
-        Each row is validated now; its lock is built on first use (``get``,
+        Each row is validated now (a bad row raises its ``InvalidStoredRow``,
+        naming it and the fix); its lock is built on first use (``get``,
         ``next``, ``find``...), from the row read here, without another read.
+        On a store that reads rows as plain tuples (SQL), they are checked
+        column by column and each ``SequenceConfig`` is built on first use:
+        about the cost of the SELECT itself (issue 34).
         """
-        rows = self.store.read_all()
+        store = self.store
+        loaded: list[tuple[str, SequenceConfig | tuple[Any, ...]]]
+        if isinstance(store, ReadsRowValues):
+            values = store.read_all_values()
+            if plainly_valid(values):
+                loaded = [(row[0], row) for row in values]
+            else:  # row by row: builds each, or raises for the first bad one
+                loaded = [(row.name, row) for row in configs_from_values(values)]
+        else:
+            loaded = [(row.name, row) for row in store.read_all()]
+        with self._guard:
+            locks = self._locks
+            if locks:
+                loaded_now = [(name, row) for name, row in loaded if name not in locks]
+            else:
+                loaded_now = loaded
+            self._loaded.update(loaded_now)
+        return [name for name, _ in loaded]
+
+    def register_many(self, configs: Iterable[SequenceConfig]) -> list[SequenceConfig]:
+        """Create every row that does not exist, in one transaction where the store can.
+
+        Returns the stored row of each config, in order: as with `register`,
+        an existing row wins (it is returned, untouched) and a name given
+        twice gets the row of its first config. Every config is checked
+        before anything is written (a gapless one, or an item that is not a
+        ``SequenceConfig``, raises and creates nothing); on a store with
+        ``create_many`` (see `autoseq.stores.capabilities.CreatesMany`) the
+        rows go in one transaction, else one ``create`` each. A lock is built
+        on first use, with the registry's policy, as after `load`; a name
+        that already has a lock keeps it. ``register(config, floor=...)`` is
+        the way to create a row past the keys already in a table.
+        """
+        items = check_configs(configs, "register_many")
+        for config in items:
+            if config.gapless:
+                raise _gapless_refused(config)
+        rows = create_many(self.store, items)
         with self._guard:
             locks = self._locks
             self._loaded.update((row.name, row) for row in rows if row.name not in locks)
-        return [row.name for row in rows]
+        return rows
+
+    def warm(self, names: Iterable[str] | None = None) -> int:
+        """Reserve the first block of many sequences in one round trip; returns how many.
+
+        For start-up, after `load` or `register_many` (``names``: every
+        sequence of the registry when None): each lock of ``names`` that has
+        reserved nothing yet gets the block its first ``next()`` would have
+        reserved, so first values come from memory instead of one round
+        trip each. Each reservation is the store's compare-and-set, as
+        ``reserve`` makes it (see `autoseq.stores.base.reserve_many`); a
+        sequence the store leaves out (missing, exhausted, cycling, near its
+        end, or a store without ``reserve_many``) reserves on first use as
+        before. A block a lock no longer wants (it reserved meanwhile) is
+        handed back. Raises ``StoreUnavailable`` if the store fails before
+        any block came back.
+        """
+        wanted: dict[str, tuple[SequenceLock, int]] = {}
+        for name in self.names() if names is None else names:
+            if name in wanted:
+                continue
+            lock = self.get(name)
+            count = lock.first_block_wanted()
+            if count:
+                wanted[name] = (lock, count)
+        if not wanted:
+            return 0
+        started = time.monotonic()
+        blocks = reserve_many(self.store, [(name, count) for name, (_, count) in wanted.items()])
+        latency = time.monotonic() - started
+        warmed = 0
+        unused: list[Block] = []
+        for (lock, _), block in zip(wanted.values(), blocks, strict=True):
+            if block is None:
+                continue
+            if lock.adopt(block, latency=latency, started=started):
+                warmed += 1
+            else:
+                unused.append(block)
+        if unused:
+            release_many(self.store, unused)
+        return warmed
 
     def register(
         self,
@@ -102,12 +214,7 @@ class SequenceRegistry:
         SQLite companion never restart the sequence under existing keys.
         """
         if config.gapless:
-            raise GaplessUnavailable(
-                f"sequence {config.name!r} is gapless: its values are taken one by one in "
-                "the caller's transaction (Serial(..., gapless=True).next(connection), "
-                "autoseq.gapless.take, or a gapless field), never served from a block by "
-                "a SequenceLock, which would leave gaps"
-            )
+            raise _gapless_refused(config)
         lock = self._known(config.name)
         if lock is not None:
             return lock
@@ -163,7 +270,7 @@ class SequenceRegistry:
     def stats(self) -> dict[str, dict[str, object]]:
         """``stats()`` of every lock, by name."""
         for row in list(self._loaded.values()):
-            self._lock_for(row, None)
+            self._lock_for(_config(row), None)
         with self._guard:
             locks = list(self._locks.values())
         return {lock.name: lock.stats() for lock in locks}

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import weakref
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from autoseq import _hooks
-from autoseq.config import MAX_VALUE, SequenceConfig
-from autoseq.errors import InvalidCount, SequenceExhausted
+from autoseq.config import MAX_VALUE, SequenceConfig, validate_name
+from autoseq.errors import InvalidCount, InvalidSequenceConfig, SequenceExhausted
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +171,74 @@ def release_many(store: SequenceStore, blocks: list[Block]) -> list[bool]:
     if isinstance(store, ReleasesMany):
         return store.release_many(blocks)
     return [store.release(block) for block in blocks]
+
+
+def check_configs(configs: object, what: str = "create_many") -> list[SequenceConfig]:
+    """``configs`` as a list if every item is a ``SequenceConfig``, else ``InvalidSequenceConfig``.
+
+    Checked before a store writes anything, so a bad item leaves no row half-created.
+    """
+    if isinstance(configs, (str, bytes, SequenceConfig)) or not isinstance(configs, Iterable):
+        raise InvalidSequenceConfig(
+            f"{what} needs a list of SequenceConfig, got {type(configs).__name__} {configs!r}"
+        )
+    items = list(configs)
+    for index, config in enumerate(items):
+        if not isinstance(config, SequenceConfig):
+            raise InvalidSequenceConfig(
+                f"{what}: item {index} is {type(config).__name__} {config!r}, not a "
+                "SequenceConfig; build each with SequenceConfig(name, ...). Nothing was created"
+            )
+    return items
+
+
+def create_many(store: SequenceStore, configs: list[SequenceConfig]) -> list[SequenceConfig]:
+    """``store.create`` of each config, in one transaction where the store can.
+
+    Returns the stored rows in order: an existing row wins (as in
+    `SequenceStore.create`) and a name given twice gets the row of its
+    first config. Every item is checked before anything is written; a store
+    without ``create_many`` (see `autoseq.stores.capabilities.CreatesMany`)
+    gets one ``create`` each.
+    """
+    from autoseq.stores.capabilities import CreatesMany
+
+    items = check_configs(configs)
+    if isinstance(store, CreatesMany):
+        return store.create_many(items)
+    return [store.create(config) for config in items]
+
+
+def check_requests(requests: Iterable[tuple[str, int]]) -> list[tuple[str, int]]:
+    """``requests`` as a list of (name, count), each checked, before anything is written."""
+    items = list(requests)
+    for item in items:
+        if not isinstance(item, tuple) or len(item) != 2:
+            raise InvalidCount(f"reserve_many needs (name, count) pairs, got {item!r}")
+        validate_name(item[0])
+        check_count(item[1])
+    return items
+
+
+def reserve_many(store: SequenceStore, requests: list[tuple[str, int]]) -> list[Block | None]:
+    """A block of each ``(name, count)``, in one round trip where the store can.
+
+    Each is the reservation `SequenceStore.reserve` would make (committed
+    before it returns, never overlapping another); None where the store
+    reserved nothing for that row: a store without ``reserve_many`` (see
+    `autoseq.stores.capabilities.ReservesMany`) answers None for all, and
+    one that has it may answer None for a row it leaves to ``reserve``
+    (missing, exhausted, cycling, near its end). The caller then reserves
+    that one alone, where ``reserve`` raises what applies.
+    """
+    from autoseq.stores.capabilities import ReservesMany
+
+    items = check_requests(requests)
+    if not items:
+        return []
+    if isinstance(store, ReservesMany):
+        return store.reserve_many(items)
+    return [None] * len(items)
 
 
 _forkable: weakref.WeakSet[SequenceStore] = weakref.WeakSet()

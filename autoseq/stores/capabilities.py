@@ -65,6 +65,32 @@ class ReleasesMany(Protocol):
 
 
 @runtime_checkable
+class CreatesMany(Protocol):
+    """Creates many rows in one transaction (``create`` of each, one commit)."""
+
+    def create_many(self, configs: list[SequenceConfig]) -> list[SequenceConfig]:
+        """``create(config)`` of each, in order: the stored rows (an existing row wins)."""
+        ...
+
+
+@runtime_checkable
+class ReservesMany(Protocol):
+    """Reserves a block of many sequences in one round trip (a compare-and-set each)."""
+
+    def reserve_many(self, requests: list[tuple[str, int]]) -> list[Block | None]:
+        """For each ``(name, count)``, in order, the block ``reserve(name, count)`` would
+        return, or None where it reserved nothing (reserve that one alone)."""
+        ...
+
+
+@runtime_checkable
+class ReadsRowValues(Protocol):
+    """Reads every row as plain tuples in `autoseq.config.ROW_COLUMNS` order, unchecked."""
+
+    def read_all_values(self) -> list[Any]: ...
+
+
+@runtime_checkable
 class ListsStoredNames(Protocol):
     """Lists every row's name, including rows that fail validation."""
 
@@ -154,6 +180,7 @@ def describe(store: object) -> str:
 
 __all__ = [
     "ChecksItself",
+    "CreatesMany",
     "CreatesTable",
     "GaplessEngine",
     "GaplessNumbering",
@@ -163,7 +190,10 @@ __all__ = [
     "Locates",
     "ReadsColumnMax",
     "ReadsRawRows",
+    "ReadsRowValues",
+    "ReleasesMany",
     "ReportsReplication",
+    "ReservesMany",
     "describe",
     "one_per_store",
     "replication_check",

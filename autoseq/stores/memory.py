@@ -7,7 +7,13 @@ from typing import TYPE_CHECKING, Any
 
 from autoseq.config import SequenceConfig, utc_now, validate_name
 from autoseq.errors import SequenceNotFound
-from autoseq.stores.base import Block, check_count, plan_reservation
+from autoseq.stores.base import (
+    Block,
+    check_configs,
+    check_count,
+    check_requests,
+    plan_reservation,
+)
 from autoseq.stores.capabilities import one_per_store
 
 if TYPE_CHECKING:
@@ -29,6 +35,37 @@ class MemoryStore:
                 row = config.with_current(config.next_value, utc_now()).replace_version(0)
                 self._rows[config.name] = row
             return row
+
+    def create_many(self, configs: list[SequenceConfig]) -> list[SequenceConfig]:
+        """``create`` of each, all under the lock (no other writer sees half of them)."""
+        items = check_configs(configs)
+        now = utc_now()
+        with self._lock:
+            rows = self._rows
+            out = []
+            for config in items:
+                row = rows.get(config.name)
+                if row is None:
+                    row = config.with_current(config.next_value, now).replace_version(0)
+                    rows[config.name] = row
+                out.append(row)
+            return out
+
+    def reserve_many(self, requests: list[tuple[str, int]]) -> list[Block | None]:
+        """``reserve`` of each under the lock; None for a missing or exhausted row."""
+        items = check_requests(requests)
+        out: list[Block | None] = []
+        with self._lock:
+            for name, count in items:
+                row = self._rows.get(name)
+                if row is None or (row.exhausted and not row.cycle):
+                    out.append(None)
+                    continue
+                block, _ = plan_reservation(row, count)
+                self._rows[name] = block.row
+                self.reservations += 1
+                out.append(block)
+        return out
 
     def read(self, name: str) -> SequenceConfig | None:
         validate_name(name)

@@ -42,8 +42,8 @@ from autoseq.errors import InvalidCount, InvalidStoredRow, StoreUnavailable, Val
 from autoseq.lock import SequenceLock
 from autoseq.pacing import DEFAULT_MAX_BATCH_COUNT
 from autoseq.stores import Block, SequenceStore
-from autoseq.stores.base import release_many
-from autoseq.stores.capabilities import LeasesWorkers
+from autoseq.stores.base import create_many, release_many, reserve_many
+from autoseq.stores.capabilities import CreatesMany, LeasesWorkers
 from autoseq.workers import WorkerLeases, worker_leases
 
 HOSTILE_NAMES = [
@@ -197,6 +197,138 @@ class StoreContract:
         assert release_many(store, [blocks[0], tail]) == [False, False]  # re-sent: no rewind
         assert release_many(store, []) == []
         assert store.reserve("m1", 2).first == 1
+
+    # many rows at once (issue 34) -----------------------------------------------
+
+    def test_create_many_creates_what_is_missing_and_keeps_what_exists(self, store: Any) -> None:
+        """create_many is create of each: the existing row wins, a repeated name gets the
+        row of its first config, new rows start at start with version 0."""
+        store.create(SequenceConfig("x", start=7))
+        store.reserve("x", 3)
+        configs = [
+            SequenceConfig("a", start=5),
+            SequenceConfig("x", start=500, step=9),
+            SequenceConfig("b", step=3, batch_count=7),
+            SequenceConfig("a", start=99),
+        ]
+        rows = create_many(store, configs)
+        assert [(r.name, r.start, r.step, r.current, r.version) for r in rows] == [
+            ("a", 5, 1, 5, 0),
+            ("x", 7, 1, 10, 1),
+            ("b", 1, 3, 1, 0),
+            ("a", 5, 1, 5, 0),
+        ]
+        assert rows[2].batch_count == 7
+        assert [row.name for row in store.read_all()] == ["a", "b", "x"]
+        assert [store.read(name) for name in ("a", "b", "x")] == [rows[0], rows[2], rows[1]]
+        assert create_many(store, []) == []
+        assert store.reserve("a", 2).first == 5
+
+    @pytest.mark.parametrize(
+        "bad", [[SequenceConfig("ok1"), "orders"], [SequenceConfig("ok1"), None], "orders"]
+    )
+    def test_create_many_refuses_a_bad_item_before_any_write(self, store: Any, bad: Any) -> None:
+        """An item that is not a SequenceConfig is InvalidSequenceConfig; nothing is created."""
+        with pytest.raises(InvalidSequenceConfig, match="SequenceConfig"):
+            create_many(store, bad)
+        with pytest.raises(InvalidSequenceConfig, match="SequenceConfig"):
+            store.create_many(bad) if isinstance(store, CreatesMany) else create_many(store, bad)
+        assert store.read_all() == []
+
+    def test_racing_create_many_agree_on_every_row(self, store: Any) -> None:
+        """Threads creating overlapping rows at once all get the one stored row of each."""
+        names = [f"c{i:03d}" for i in range(60)]
+        results: list[dict[str, tuple[int, int]]] = []
+        errors: list[BaseException] = []
+
+        def create(offset: int) -> None:
+            mine = names[offset:] + names[:offset]
+            configs = [SequenceConfig(name, start=offset * 1000 + 1) for name in mine]
+            try:
+                rows = create_many(store, configs)
+                results.append({row.name: (row.start, row.version) for row in rows})
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=create, args=(i * 15,)) for i in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert errors == []
+        stored = {row.name: (row.start, row.version) for row in store.read_all()}
+        assert sorted(stored) == names
+        assert results == [stored] * 4
+
+    def test_reserve_many_is_each_rows_reservation_or_nothing(self, store: Any) -> None:
+        """Each answer is the block reserve() would make (a compare-and-set on its row), or
+        None with the row untouched; a missing or exhausted row is always None."""
+        store.create(SequenceConfig("r1"))
+        store.create(SequenceConfig("r2", start=10, step=5))
+        store.create(SequenceConfig("done", end=5))
+        store.reserve("done", 5)
+        store.reserve("r2", 2)
+        before = {name: store.read(name) for name in ("r1", "r2", "done")}
+        asked = [("r1", 10), ("r2", 3), ("missing", 4), ("done", 1)]
+        answers = reserve_many(store, asked)
+        assert len(answers) == 4
+        assert answers[2] is None
+        assert answers[3] is None
+        assert store.read("missing") is None
+        for (name, count), block in zip(asked[:2], answers[:2], strict=True):
+            row = store.read(name)
+            if block is None:
+                assert (row.current, row.version) == (before[name].current, before[name].version)
+                continue
+            assert (block.name, block.first, block.count) == (name, before[name].current, count)
+            assert block.version == before[name].version + 1 == row.version
+            assert row.current == block.last + block.step
+        assert store.read("done").version == before["done"].version
+        assert reserve_many(store, []) == []
+        version = store.read("r1").version
+        with pytest.raises(InvalidCount):  # checked before anything is written
+            reserve_many(store, [("r1", 5), ("r2", 0)])
+        assert store.read("r1").version == version
+
+    def test_reserve_many_and_reserve_never_share_a_value(self, store: Any) -> None:
+        """Threads reserving many rows at once and one row at a time: no value twice."""
+        names = [f"t{i}" for i in range(5)]
+        for name in names:
+            store.create(SequenceConfig(name))
+        seen: dict[str, list[int]] = {name: [] for name in names}
+        errors: list[BaseException] = []
+        guard = threading.Lock()
+
+        def keep(block: Block) -> None:
+            with guard:
+                seen[block.name].extend(block.values())
+
+        def many() -> None:
+            try:
+                for _ in range(15):
+                    for block in reserve_many(store, [(name, 7) for name in names]):
+                        if block is not None:
+                            keep(block)
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        def one() -> None:
+            try:
+                for round_ in range(30):
+                    keep(store.reserve(names[round_ % len(names)], 3))
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=many) for _ in range(3)]
+        threads += [threading.Thread(target=one) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert errors == []
+        for name, values in seen.items():
+            assert len(values) == len(set(values)), f"{name}: a value handed out twice"
+            assert store.read(name).current == max(values) + 1
 
     @pytest.mark.parametrize("count", [0, -1, 1.5, True, 2**63, "3", None])
     def test_bad_count_is_refused_before_any_write(self, store: Any, count: Any) -> None:

@@ -27,15 +27,16 @@ import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection, Engine, RowMapping, make_url
+from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.engine.url import URL
 from sqlalchemy.exc import DBAPIError, IntegrityError, NoSuchTableError, SQLAlchemyError
 
 from autoseq import _hooks, signals
-from autoseq.config import SequenceConfig, utc_now, validate_name
+from autoseq.config import ROW_COLUMNS, SequenceConfig, configs_from_values, utc_now, validate_name
 from autoseq.errors import (
     InvalidSequenceConfig,
     ReservationConflict,
@@ -43,7 +44,14 @@ from autoseq.errors import (
     StoreUnavailable,
 )
 from autoseq.stores._errors import translating, unavailable
-from autoseq.stores.base import Block, check_count, plan_reservation, reset_after_fork
+from autoseq.stores.base import (
+    Block,
+    check_configs,
+    check_count,
+    check_requests,
+    plan_reservation,
+    reset_after_fork,
+)
 from autoseq.stores.capabilities import one_per_store
 from autoseq.stores.sql._appfile import (
     AppFileRows,
@@ -233,6 +241,9 @@ class SQLStore:
         settings = self._session_settings(statement_timeout)
         transaction_settings(self.engine, settings)
         self._one_statement = _one_statement_reservation(self.table, self.engine, settings)
+        self._many_statement = _one_statement_reservation(
+            self.table, self.engine, settings, many=True
+        )
         reset_after_fork(self)
 
     def _session_settings(self, statement_timeout: float) -> dict[str, str]:
@@ -458,6 +469,111 @@ class SQLStore:
         return SequenceConfig.from_row(stored)
 
     @reconnecting
+    def create_many(self, configs: list[SequenceConfig]) -> list[SequenceConfig]:
+        """``create`` of each config in one transaction: multi-row INSERTs, one commit.
+
+        The rows that exist win, as in ``create`` (a gapless row of the
+        application's file too), and a name given twice gets the row of its
+        first config. Every item is checked first and the rows go in one
+        transaction, so a bad item or a failure leaves nothing written. A
+        creator racing this one (its INSERT collides) makes the whole
+        transaction start again, reading the rows it created.
+        """
+        items = check_configs(configs)
+        firsts: dict[str, SequenceConfig] = {}
+        for config in items:
+            firsts.setdefault(config.name, config)
+        if not firsts:
+            return []
+        stored = {
+            name: SequenceConfig.from_row(row)
+            for name, row in self._app_read_all(set(firsts)).items()
+        }
+        own = [config for name, config in firsts.items() if name not in stored]
+        if own:
+            self._ensure_table()
+            self._upgrade_table()
+            rows = configs_from_values(self._insert_missing(own))
+            stored |= {row.name: row for row in rows}
+        return [stored[config.name] for config in items]
+
+    def _chunk(self, columns: int = 1) -> int:
+        """Rows of ``columns`` bound values per statement: within every database's limit
+        on bound parameters (SQLite's was 999 before 3.32; elsewhere 32,766 or more)."""
+        if self.dialect == "sqlite":
+            import sqlite3
+
+            if sqlite3.sqlite_version_info < (3, 32):
+                return 900 // columns
+        return 5000 // columns
+
+    def _insert_missing(self, configs: list[SequenceConfig]) -> list[Any]:
+        """Insert the rows of ``configs`` that do not exist, in one transaction; every row
+        of ``configs`` as stored then (tuples in ``ROW_COLUMNS`` order)."""
+        t = self.table
+        names = [config.name for config in configs]
+        listed = t.c.name.in_(sa.bindparam("names", expanding=True, type_=t.c.name.type))
+        exists = sa.select(t.c.name).where(listed)
+        stored = sa.select(*(t.c[column] for column in ROW_COLUMNS)).where(listed)
+        size = self._chunk()
+        chunks = [names[at : at + size] for at in range(0, len(names), size)]
+        per_insert = self._chunk(len(ROW_COLUMNS))
+        what = f"creating {len(configs)} sequence(s)"
+        started = time.monotonic()
+        for attempt in range(self.max_retries):
+            try:
+                with self._transaction() as connection:
+                    found: set[str] = set()
+                    for chunk in chunks:
+                        found.update(connection.execute(exists, {"names": chunk}).scalars())
+                    now = utc_now()
+                    new = [
+                        config.as_row() | {"updated_at": now, "version": 0}
+                        for config in configs
+                        if config.name not in found
+                    ]
+                    for at in range(0, len(new), per_insert):
+                        # one multi-row INSERT per chunk (executemany: SQLAlchemy's
+                        # insertmanyvalues, psycopg's pipeline, sqlite3's loop)
+                        connection.execute(sa.insert(t), new[at : at + per_insert])
+                    rows: list[Any] = []
+                    for chunk in chunks:
+                        rows.extend(connection.execute(stored, {"names": chunk}))
+                return rows
+            except IntegrityError:
+                pass  # another process created one of them meanwhile: read again
+            except DBAPIError as exc:
+                late = time.monotonic() > started + self.statement_timeout
+                if not _retryable(exc) or late or attempt == self.max_retries - 1:
+                    raise self._translate(exc, "create", what, None) from exc
+            time.sleep(min(0.2, 0.001 * 2 ** min(attempt, 8)) * random.random())
+        raise ReservationConflict(
+            f"{what}: gave up after {self.max_retries} attempt(s), each colliding with "
+            "another process creating some of the same rows; try again, or raise "
+            "SQLStore(max_retries=...)"
+        )
+
+    def _app_read_all(self, names: set[str]) -> dict[str, dict[str, Any]]:
+        """The gapless rows among ``names`` in the application's SQLite file, as stored.
+
+        Waits as `_app_read` does when serving: a moment at most, then
+        answers as if none existed.
+        """
+        if self._app_rows is None or time.monotonic() < self._app_locked_until:
+            return {}
+        what = "reading gapless sequences in the application's file"
+        with self._gate.passage(), self._errors("read", what):
+            try:
+                rows = self._app_rows.read_all_raw(wait=SERVING_WAIT)
+            except DBAPIError as exc:
+                if not locked(exc):
+                    raise
+                log.debug("%s: the application's file is locked; blocks only", what)
+                self._app_locked_until = time.monotonic() + 10 * SERVING_WAIT
+                return {}
+        return {row["name"]: row for row in rows if row["name"] in names}
+
+    @reconnecting
     def read(self, name: str) -> SequenceConfig | None:
         validate_name(name)
         gapless = self._app_read(name, serving=True)
@@ -484,7 +600,29 @@ class SQLStore:
 
     @reconnecting
     def read_all(self) -> list[SequenceConfig]:
-        return [SequenceConfig.from_row(row) for row in self._all_raw()]
+        return configs_from_values(self.read_all_values())
+
+    @reconnecting
+    def read_all_values(self) -> list[Any]:
+        """Every stored row as a tuple in `autoseq.config.ROW_COLUMNS` order, by name, unchecked.
+
+        Gapless rows included. What ``SequenceRegistry.load()`` reads: plain
+        tuples cost about what the SELECT itself does (issue 34).
+        """
+        statement = sa.select(*(self.table.c[column] for column in ROW_COLUMNS))
+        rows: list[Any] = list(self._select(statement, "reading sequences", tuples=True))
+        if self._app_rows is not None:
+            what = "reading gapless sequences in the application's file"
+            with self._gate.passage(), self._errors("read", what):
+                gapless = self._app_rows.read_all_raw()
+            if gapless:
+                by_name = {row[0]: row for row in rows}
+                by_name |= {
+                    row["name"]: tuple(row.get(column) for column in ROW_COLUMNS) for row in gapless
+                }
+                rows = list(by_name.values())
+        rows.sort(key=itemgetter(0))
+        return rows
 
     @reconnecting
     def stored_names(self) -> list[str]:
@@ -533,15 +671,17 @@ class SQLStore:
                 return None
 
     def _select(
-        self, statement: sa.Select[Any], what: str, name: str | None = None
-    ) -> Sequence[RowMapping]:
-        """The rows ``statement`` reads; none while the table does not exist yet."""
+        self, statement: sa.Select[Any], what: str, name: str | None = None, *, tuples: bool = False
+    ) -> Sequence[Any]:
+        """The rows ``statement`` reads (mappings, or tuples); none while the table does not
+        exist yet."""
         if self._app_rows is not None and not os.path.exists(self.url.database or ""):
             return []  # no companion file yet: reading must not create one
         self._upgrade_table()
         try:
             with self._connection() as connection:
-                return connection.execute(statement).mappings().all()
+                result = connection.execute(statement)
+                return result.all() if tuples else result.mappings().all()
         except (NoSuchTableError, DBAPIError) as exc:
             if self._missing_table(exc):
                 return []
@@ -625,6 +765,98 @@ class SQLStore:
             "statement_timeout=...)",
             name=name,
         )
+
+    def reserve_many(self, requests: list[tuple[str, int]]) -> list[Block | None]:
+        """A block of many sequences in few round trips: ``UPDATE ... RETURNING`` over
+        up to 500 names per statement (``name IN (...)``), each row under the
+        conditions of the one-statement reservation, so each is the
+        compare-and-set ``reserve`` makes.
+
+        None for a row the statement leaves alone (missing, cycling, near its
+        end, hand-edited: ``reserve`` handles or refuses it), for a name
+        asked twice after its first, and for every row where the database has
+        no ``UPDATE ... RETURNING`` (MariaDB). On SQLite the statements share
+        one transaction; elsewhere each commits alone, so a row is locked for
+        one statement only. A failure after some blocks came back returns
+        those (the rest None); before, it raises ``StoreUnavailable``.
+        """
+        items = check_requests(requests)
+        out: list[Block | None] = [None] * len(items)
+        statement = self._many_statement
+        if statement is None or not items:
+            return out
+        self._upgrade_table()
+        index: dict[str, int] = {}
+        by_count: dict[int, list[str]] = {}
+        for at, (name, count) in enumerate(items):
+            if name not in index:
+                index[name] = at
+                by_count.setdefault(count, []).append(name)
+        size = self._chunk()
+        batches = [
+            (count, names[at : at + size])
+            for count, names in by_count.items()
+            for at in range(0, len(names), size)
+        ]
+        got: list[tuple[int, Any]] = []
+        try:
+            with self._watching() as warnings:
+                if self.dialect == "sqlite":  # one writer anyway: one transaction, one commit
+                    got = self._reserving(batches, one_transaction=True)
+                else:
+                    for batch in batches:
+                        got.extend(self._reserving([batch], one_transaction=False))
+        except StoreUnavailable:
+            if not got:
+                raise
+            log.debug("reserve_many: stopped after %d block(s); the rest reserve alone", len(got))
+        if warnings:
+            raise StoreUnavailable(
+                f"the server committed {len(got)} reservation(s) without confirming they "
+                f"reached the synchronous standby ({warnings[0]}); those values are skipped. "
+                "Check the standby (pg_stat_replication) and leave commits waiting for it "
+                "uncancelled",
+                operation="reserve",
+                reason="not replicated",
+            )
+        failover = self.replication is not None and self.replication.failed_over()
+        rows = configs_from_values(row for _, row in got)
+        for (count, _), stored in zip(got, rows, strict=True):
+            step, after = stored.step, stored.next_value
+            first, last = after - count * step, after - step
+            out[index[stored.name]] = Block(stored.name, first, last, step, stored, False, failover)
+        self.reservations += len(got)
+        return out
+
+    def _reserving(
+        self, batches: list[tuple[int, list[str]]], *, one_transaction: bool
+    ) -> list[tuple[int, Any]]:
+        """Run the many-row reservation of each (count, names), retrying conflicts."""
+        statement = self._many_statement
+        assert statement is not None
+        started = time.monotonic()
+        what = f"reserving from {sum(len(names) for _, names in batches)} sequence(s)"
+        for attempt in range(self.max_retries):
+            try:
+                got: list[tuple[int, Any]] = []
+                context = self._transaction() if one_transaction else self._connection()
+                with context as connection:
+                    if not one_transaction:
+                        connection.execution_options(isolation_level="AUTOCOMMIT")
+                    now = utc_now()
+                    for count, names in batches:
+                        params = {"seq_names": names, "count": count, "span": count - 1}
+                        result = connection.execute(statement, params | {"now": now})
+                        got.extend((count, row) for row in result)
+                return got
+            except DBAPIError as exc:
+                if self._missing_table(exc):
+                    return []
+                late = time.monotonic() > started + self.statement_timeout
+                if not _retryable(exc) or late or attempt == self.max_retries - 1:
+                    raise self._translate(exc, "reserve", what, None) from exc
+            time.sleep(min(0.2, 0.001 * 2 ** min(attempt, 8)) * random.random())
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _watching(self) -> AbstractContextManager[list[str]]:
         """The server's warnings to this thread inside (PostgreSQL), committing included."""

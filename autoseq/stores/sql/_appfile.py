@@ -99,9 +99,9 @@ class AppFileRows:
         rows = self._select(sa.select(self.table).where(self.table.c.name == name), wait)
         return dict(rows[0]) if rows else None
 
-    def read_all_raw(self) -> list[dict[str, Any]]:
-        """Every row as stored, by name."""
-        return [dict(row) for row in self._select(sa.select(self.table))]
+    def read_all_raw(self, *, wait: float | None = None) -> list[dict[str, Any]]:
+        """Every row as stored, by name; waiting at most ``wait`` s for a writer's lock."""
+        return [dict(row) for row in self._select(sa.select(self.table), wait)]
 
     def holds(self, name: str) -> bool:
         """Whether row ``name`` is here."""

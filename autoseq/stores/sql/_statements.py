@@ -171,7 +171,7 @@ def speaks_postgresql(dialect: Dialect) -> bool:
 
 
 def _one_statement_reservation(
-    table: sa.Table, engine: Engine, settings: Mapping[str, str]
+    table: sa.Table, engine: Engine, settings: Mapping[str, str], *, many: bool = False
 ) -> sa.Update | None:
     """``UPDATE ... RETURNING`` taking ``:count`` values of an ordinary row, or None.
 
@@ -184,6 +184,8 @@ def _one_statement_reservation(
     parameters) are set for the statement's own transaction inside it
     (``set_config(..., true)``, evaluated before the row is locked and
     still in force at the commit), so they cost no round trip of their own.
+    ``many``: every row named in ``:seq_names`` (an expanding list) instead of
+    ``:seq_name``, each under the same conditions (``SQLStore.reserve_many``).
     """
     dialect = engine.dialect
     if not dialect.update_returning:
@@ -199,7 +201,11 @@ def _one_statement_reservation(
     return (
         sa.update(table)
         .where(
-            c.name == sa.bindparam("seq_name", type_=c.name.type),
+            (
+                c.name.in_(sa.bindparam("seq_names", expanding=True, type_=c.name.type))
+                if many
+                else c.name == sa.bindparam("seq_name", type_=c.name.type)
+            ),
             c.cycle == sa.false(),
             c.batch.in_([sa.true(), sa.false()]),  # a hand-edited flag goes to the refusing path
             c.step >= 1,

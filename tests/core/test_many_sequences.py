@@ -1,0 +1,302 @@
+"""Issue 34: thousands of sequences in one process.
+
+``register_many`` creates rows in one transaction, ``warm`` reserves first
+blocks in one round trip per chunk, ``load`` checks rows column by column;
+each counted on a real database (commits, statements), never timed.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from autoseq import SequenceConfig, SequenceRegistry
+from autoseq.config import MAX_VALUE, ROW_COLUMNS, configs_from_values, plainly_valid
+from autoseq.errors import (
+    GaplessUnavailable,
+    InvalidSequenceConfig,
+    InvalidStoredRow,
+    SequenceExhausted,
+)
+from autoseq.stores import MemoryStore
+from autoseq.stores.base import release_many, reserve_many
+
+
+@contextmanager
+def counting(store: Any) -> Iterator[dict[str, int]]:
+    """Commits and statements on ``store``'s own engine while inside."""
+    counts = {"commits": 0, "statements": 0}
+
+    def commit(_connection: Any) -> None:
+        counts["commits"] += 1
+
+    def statement(*_args: Any) -> None:
+        counts["statements"] += 1
+
+    sa.event.listen(store.engine, "commit", commit)
+    sa.event.listen(store.engine, "before_cursor_execute", statement)
+    try:
+        yield counts
+    finally:
+        sa.event.remove(store.engine, "commit", commit)
+        sa.event.remove(store.engine, "before_cursor_execute", statement)
+
+
+def batches_reservations(store: Any) -> bool:
+    """Whether the database has UPDATE ... RETURNING (not MariaDB/MySQL)."""
+    return bool(store.engine.dialect.update_returning)
+
+
+# register_many ---------------------------------------------------------------
+
+
+def test_register_many_creates_every_row_in_one_commit(sql_store: Any) -> None:
+    """1,200 new rows and one existing: one transaction, the existing row wins."""
+    sql_store.create(SequenceConfig("s0007", start=70))
+    sql_store.reserve("s0007", 5)
+    registry = SequenceRegistry(sql_store)
+    configs = [SequenceConfig(f"s{i:04d}", start=1) for i in range(1200)]
+    with counting(sql_store) as counts:
+        rows = registry.register_many(configs)
+    assert counts["commits"] == 1, f"{counts['commits']} commits for 1,200 rows"
+    assert [row.name for row in rows] == [config.name for config in configs]
+    assert (rows[7].start, rows[7].current) == (70, 75)
+    assert {row.current for row in rows[:7] + rows[8:]} == {1}
+    assert len(sql_store.read_all()) == 1200
+    assert registry.next("s0001") == 1
+    assert registry.next("s0007") == 75
+    registry.close_locks()
+
+
+def test_register_many_refuses_bad_items_before_writing(sql_store: Any) -> None:
+    """A gapless config or an item that is not a SequenceConfig: nothing created."""
+    registry = SequenceRegistry(sql_store)
+    with pytest.raises(GaplessUnavailable, match="gapless"):
+        registry.register_many([SequenceConfig("a"), SequenceConfig("g", gapless=True)])
+    with pytest.raises(InvalidSequenceConfig, match="item 1 is dict"):
+        registry.register_many([SequenceConfig("a"), {"name": "b"}])  # type: ignore[list-item]
+    assert sql_store.read_all() == []
+    assert registry.names() == []
+
+
+def test_register_many_keeps_a_lock_already_serving() -> None:
+    """A name that has a lock keeps it (and its buffered values)."""
+    registry = SequenceRegistry(MemoryStore())
+    lock = registry.register(SequenceConfig("a"))
+    assert lock.next() == 1
+    rows = registry.register_many([SequenceConfig("a", start=50), SequenceConfig("b")])
+    assert [row.start for row in rows] == [1, 1]
+    assert registry.get("a") is lock
+    assert registry.next("a") == 2
+    assert registry.names() == ["a", "b"]
+
+
+# warm ------------------------------------------------------------------------
+
+
+def test_warm_reserves_first_blocks_in_one_round_trip_per_chunk(sql_store: Any) -> None:
+    """1,200 loaded sequences: warm() is one UPDATE ... RETURNING (one commit), then
+    each first value comes from memory with no statement at all."""
+    if not batches_reservations(sql_store):
+        pytest.skip("no UPDATE ... RETURNING: warm leaves first blocks to first use")
+    names = [f"w{i:04d}" for i in range(1200)]
+    SequenceRegistry(sql_store).register_many([SequenceConfig(name) for name in names])
+    registry = SequenceRegistry(sql_store)
+    registry.load()
+    locks = [registry.get(name) for name in names]
+    with counting(sql_store) as counts:
+        assert registry.warm() == 1200
+    # SQLite: BEGIN IMMEDIATE + the UPDATE, one commit; PostgreSQL: the UPDATE, autocommitted
+    assert counts["commits"] <= 1, counts
+    assert counts["statements"] <= 2, counts
+    with counting(sql_store) as counts:
+        assert [lock.next() for lock in locks] == [1] * 1200
+    assert counts == {"commits": 0, "statements": 0}
+    assert {sql_store.read(name).current for name in names[:5]} == {101}
+    assert registry.warm() == 0  # every lock holds its block already
+    registry.close_locks()
+    assert {sql_store.read(name).current for name in names[:5]} == {2}
+
+
+def test_warm_leaves_out_what_it_cannot_reserve(sql_store: Any) -> None:
+    """An exhausted row, a batch=False row and a lock that reserved already are left as
+    they were: first use behaves as without warm."""
+    registry = SequenceRegistry(sql_store)
+    registry.register_many(
+        [
+            SequenceConfig("plain"),
+            SequenceConfig("done", end=3),
+            SequenceConfig("single", batch=False),
+            SequenceConfig("busy"),
+        ]
+    )
+    sql_store.reserve("done", 3)
+    registry.get("busy").next()
+    busy_version = sql_store.read("busy").version
+    warmed = registry.warm()
+    assert warmed == (1 if batches_reservations(sql_store) else 0)
+    assert sql_store.read("busy").version == busy_version
+    assert sql_store.read("single").current == 1
+    with pytest.raises(SequenceExhausted):
+        registry.next("done")
+    assert registry.next("single") == 1
+    assert registry.next("plain") == 1
+    registry.close_locks()
+
+
+def test_a_block_a_lock_no_longer_wants_goes_back() -> None:
+    """adopt() refuses a block for a lock that reserved meanwhile; it is handed back."""
+    store = MemoryStore()
+    registry = SequenceRegistry(store)
+    lock = registry.register(SequenceConfig("a"))
+    assert lock.first_block_wanted() == 100
+    [block] = reserve_many(store, [("a", 100)])
+    assert block is not None
+    assert lock.next() == 101  # the lock reserved its own block after
+    assert lock.first_block_wanted() == 0
+    assert lock.adopt(block) is False
+    assert release_many(store, [block]) == [False]  # reserved past: stays a gap
+    other = registry.register(SequenceConfig("b"))
+    [block] = reserve_many(store, [("b", 100)])
+    assert block is not None
+    assert other.adopt(block) is True
+    assert [other.next() for _ in range(3)] == [1, 2, 3]
+    assert other.stats()["reservations"] == 1
+
+
+def test_warmed_registries_never_share_a_value(sql_store: Any) -> None:
+    """Two registries (two processes' worth) warming and serving the same 50 sequences
+    from threads: no value twice."""
+    names = [f"p{i:02d}" for i in range(50)]
+    SequenceRegistry(sql_store).register_many(
+        [SequenceConfig(name, batch_count=7) for name in names]
+    )
+    seen: list[tuple[str, int]] = []
+    errors: list[BaseException] = []
+    guard = threading.Lock()
+
+    def serve() -> None:
+        registry = SequenceRegistry(sql_store)
+        try:
+            registry.load()
+            registry.warm()
+            taken = [(name, registry.next(name)) for _ in range(20) for name in names]
+            registry.warm(names)  # every lock holds values: nothing more is reserved
+            with guard:
+                seen.extend(taken)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            registry.close_locks(release=False)
+
+    threads = [threading.Thread(target=serve) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert len(seen) == 4 * 20 * 50
+    assert len(set(seen)) == len(seen), "a value was handed out twice"
+
+
+# load ------------------------------------------------------------------------
+
+
+def test_load_still_names_a_bad_row_and_the_fix(sql_store: Any) -> None:
+    """The column-by-column check finds a hand-edited row; load raises for it by name."""
+    SequenceRegistry(sql_store).register_many(
+        [SequenceConfig(f"l{i:03d}") for i in range(300)] + [SequenceConfig("café ☕")]
+    )
+    registry = SequenceRegistry(sql_store)
+    assert len(registry.load()) == 301  # a non-ASCII name goes row by row, and loads
+    assert registry.next("café ☕") == 1
+    with sql_store.engine.begin() as connection:
+        t = sql_store.table
+        connection.execute(sa.update(t).where(t.c.name == "l150").values(step=0))
+    with pytest.raises(InvalidStoredRow, match=r"'l150'.*step.*autoseq set l150 VALUE --force"):
+        SequenceRegistry(sql_store).load()
+    registry.close_locks()
+
+
+def row(**changes: Any) -> tuple[Any, ...]:
+    values = {
+        "name": "r",
+        "start": 1,
+        "end": 100,
+        "step": 1,
+        "current": 1,
+        "batch": True,
+        "batch_count": 10,
+        "cycle": False,
+        "updated_at": None,
+        "version": 0,
+    }
+    values |= changes
+    return tuple(values[column] for column in ROW_COLUMNS)
+
+
+BAD_ROWS = [
+    row(current=11.0),
+    row(start=True),
+    row(step=0),
+    row(step=-1),
+    row(batch_count=0),
+    row(current=4, step=2),
+    row(current=102),
+    row(current=0),
+    row(start=50, end=10, current=50),
+    row(name=" r"),
+    row(name="r\x00"),
+    row(name="r\n"),
+    row(name="x" * 192),
+    row(name=""),
+    row(batch=2),
+    row(batch="false"),
+    row(cycle=1.0),
+    row(version=1.5),
+    row(current=None),
+    row(start=MAX_VALUE, end=MAX_VALUE, current=MAX_VALUE),
+    row(end=2**63),
+]
+
+
+@pytest.mark.parametrize("bad", BAD_ROWS, ids=[str(bad) for bad in BAD_ROWS])
+def test_the_fast_check_is_never_more_lenient_than_from_row(bad: tuple[Any, ...]) -> None:
+    """Each row from_row refuses fails the column check and raises the same error."""
+    with pytest.raises(InvalidStoredRow) as expected:
+        SequenceConfig.from_row(dict(zip(ROW_COLUMNS, bad, strict=True)))
+    assert not plainly_valid([row(name="a"), bad])
+    with pytest.raises(InvalidStoredRow) as got:
+        configs_from_values([row(name="a"), bad])
+    assert str(got.value) == str(expected.value)
+
+
+GOOD_ROWS = [
+    row(),
+    row(current=101),  # exhausted: one step past the last value
+    row(start=-5, end=5, step=5, current=10),
+    row(start=0, end=MAX_VALUE, step=3, current=MAX_VALUE - 1),
+    row(batch=0, cycle=1, version=None),
+    row(name="caf\u00e9"),
+    row(name="x" * 191, version=12),
+]
+
+
+@pytest.mark.parametrize("good", GOOD_ROWS, ids=[str(good) for good in GOOD_ROWS])
+def test_the_fast_builder_gives_what_from_row_gives(good: tuple[Any, ...]) -> None:
+    """A valid row builds the same config (every field, version included) either way."""
+    expected = SequenceConfig.from_row(dict(zip(ROW_COLUMNS, good, strict=True)))
+    [built] = configs_from_values([good])
+    assert built == expected
+    assert (built.version, built.updated_at, built.gapless) == (
+        expected.version,
+        expected.updated_at,
+        expected.gapless,
+    )
+    assert type(built.batch) is bool
+    assert type(built.cycle) is bool
