@@ -32,7 +32,8 @@ from autoseq import (
     SequenceNotFound,
     StoreUnavailable,
 )
-from autoseq.stores import MemoryStore, RedisStore
+from autoseq.stores import Block, MemoryStore, RedisStore
+from autoseq.stores.base import release_many
 from autoseq.testing.contract import MaintenanceContract, StoreContract
 
 pytestmark = pytest.mark.redis
@@ -684,3 +685,34 @@ def test_a_lease_held_under_the_old_key_is_respected(redis_store: RedisStore) ->
     redis_store.client.hset(redis_store.legacy_key("flake", "worker"), "0", lease)
     with Snowflake(redis_store, name="flake") as generator:
         assert generator.worker_id == 1
+
+
+def test_release_many_is_one_pipeline(redis_store: RedisStore, monkeypatch: Any) -> None:
+    """Issue 34: handing back 300 blocks sends one pipeline, not a command per block;
+    each is still its own compare-and-set (a block reserved past stays a gap)."""
+    names = [f"h{i:03d}" for i in range(300)]
+    for name in names:
+        redis_store.create(SequenceConfig(name))
+    blocks = [redis_store.reserve(name, 10) for name in names]
+    redis_store.reserve("h007", 5)  # reserved past h007's block
+    tails = [Block(block.name, 4, 10, 1, block.row) for block in blocks]
+    commands: list[object] = []
+    pipelines: list[int] = []
+    client = redis_store.client
+    execute_command = client.execute_command
+    monkeypatch.setattr(
+        client, "execute_command", lambda *a, **k: commands.append(a[0]) or execute_command(*a, **k)
+    )
+    execute = redis.client.Pipeline.execute
+
+    def counted(pipe: Any, *args: Any, **kwargs: Any) -> Any:
+        pipelines.append(len(pipe.command_stack))
+        return execute(pipe, *args, **kwargs)
+
+    monkeypatch.setattr(redis.client.Pipeline, "execute", counted)
+    went = release_many(redis_store, tails)
+    assert went == [name != "h007" for name in names]
+    assert commands == []
+    assert pipelines == [300]
+    assert {redis_store.read(name).current for name in names if name != "h007"} == {4}
+    assert redis_store.read("h007").current == 16

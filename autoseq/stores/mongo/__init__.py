@@ -41,7 +41,7 @@ import pymongo
 from bson.codec_options import CodecOptions
 from pymongo import ReturnDocument
 from pymongo.database import Database
-from pymongo.errors import ConfigurationError, DuplicateKeyError, PyMongoError
+from pymongo.errors import BulkWriteError, ConfigurationError, DuplicateKeyError, PyMongoError
 from pymongo.read_concern import ReadConcern
 from pymongo.read_preferences import ReadPreference
 from pymongo.server_type import SERVER_TYPE
@@ -57,7 +57,13 @@ from autoseq.errors import (
     UsageError,
 )
 from autoseq.stores._errors import translating, unavailable
-from autoseq.stores.base import Block, check_count, plan_reservation, reset_after_fork
+from autoseq.stores.base import (
+    Block,
+    check_configs,
+    check_count,
+    plan_reservation,
+    reset_after_fork,
+)
 from autoseq.stores.capabilities import one_per_store
 
 if TYPE_CHECKING:
@@ -67,6 +73,8 @@ if TYPE_CHECKING:
     from autoseq.workers import WorkerLeases
 
 _T = TypeVar("_T")
+#: The server's code for a duplicate key (an insert of a row that exists).
+_DUPLICATE_KEY = 11000
 log = logging.getLogger("autoseq")
 #: Read concerns a store may ask for (None: the server's default).
 READ_CONCERNS = ("majority", "linearizable", "local")
@@ -252,6 +260,43 @@ class MongoStore:
         if stored is None:  # pragma: no cover - deleted between upsert and read
             raise SequenceNotFound(config.name, "it was deleted while being created")
         return self._remember(stored)
+
+    def create_many(self, configs: list[SequenceConfig]) -> list[SequenceConfig]:
+        """``create`` of each: one unordered ``insert_many`` (a row that exists is a
+        duplicate key, left as stored), then one ``find`` of every name.
+
+        Every item is checked before anything is sent. Not one transaction: a
+        store failure part way leaves the rows inserted so far, each a row
+        ``create`` would have made (the call can be repeated).
+        """
+        items = check_configs(configs)
+        firsts: dict[str, SequenceConfig] = {}
+        for config in items:
+            firsts.setdefault(config.name, config)
+        if not firsts:
+            return []
+        documents = [_document(config) for config in firsts.values()]
+        names = list(firsts)
+
+        def insert_and_read() -> list[Mapping[str, Any]]:
+            try:
+                self.collection.insert_many(documents, ordered=False)
+            except BulkWriteError as exc:
+                details = exc.details or {}
+                errors = details.get("writeErrors") or []
+                if details.get("writeConcernErrors") or any(
+                    error.get("code") != _DUPLICATE_KEY for error in errors
+                ):
+                    raise
+            return list(self.collection.find({"_id": {"$in": names}}))
+
+        what = f"creating {len(names)} sequence(s)"
+        found = self._run("create", what, None, insert_and_read)
+        stored = {row.name: row for row in map(self._remember, found)}
+        for name in names:
+            if name not in stored:  # pragma: no cover - deleted between insert and read
+                raise SequenceNotFound(name, "it was deleted while being created")
+        return [stored[config.name] for config in items]
 
     def read(self, name: str) -> SequenceConfig | None:
         stored = self._find(name)
