@@ -6,6 +6,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Hashable, Iterable
+from operator import itemgetter
 from typing import Any, Generic, TypeVar
 
 from autoseq import _hooks
@@ -37,6 +38,11 @@ def opening_row(config: SequenceConfig, floor: int | None) -> SequenceConfig:
     return config.with_current(
         min(config.first_value_after(floor), config.last_value + config.step)
     )
+
+
+#: Sequences `SequenceRegistry.warm` reserves for in one ``reserve_many`` call: few
+#: round trips for ten thousand, and little memory held at once while they come back.
+WARM_CHUNK = 1000
 
 
 def _config(row: SequenceConfig | tuple[Any, ...]) -> SequenceConfig:
@@ -115,23 +121,26 @@ class SequenceRegistry:
         about the cost of the SELECT itself (issue 34).
         """
         store = self.store
-        loaded: list[tuple[str, SequenceConfig | tuple[Any, ...]]]
+        rows: list[Any]
         if isinstance(store, ReadsRowValues):
-            values = store.read_all_values()
-            if plainly_valid(values):
-                loaded = [(row[0], row) for row in values]
+            rows = store.read_all_values()
+            if plainly_valid(rows):
+                names = list(map(itemgetter(0), rows))
             else:  # row by row: builds each, or raises for the first bad one
-                loaded = [(row.name, row) for row in configs_from_values(values)]
+                rows = configs_from_values(rows)
+                names = [row.name for row in rows]
         else:
-            loaded = [(row.name, row) for row in store.read_all()]
+            rows = store.read_all()
+            names = [row.name for row in rows]
         with self._guard:
             locks = self._locks
             if locks:
-                loaded_now = [(name, row) for name, row in loaded if name not in locks]
+                self._loaded.update(
+                    (name, row) for name, row in zip(names, rows, strict=True) if name not in locks
+                )
             else:
-                loaded_now = loaded
-            self._loaded.update(loaded_now)
-        return [name for name, _ in loaded]
+                self._loaded.update(zip(names, rows, strict=True))
+        return names
 
     def register_many(self, configs: Iterable[SequenceConfig]) -> list[SequenceConfig]:
         """Create every row that does not exist, in one transaction where the store can.
@@ -164,13 +173,13 @@ class SequenceRegistry:
         sequence of the registry when None): each lock of ``names`` that has
         reserved nothing yet gets the block its first ``next()`` would have
         reserved, so first values come from memory instead of one round
-        trip each. Each reservation is the store's compare-and-set, as
-        ``reserve`` makes it (see `autoseq.stores.base.reserve_many`); a
-        sequence the store leaves out (missing, exhausted, cycling, near its
-        end, or a store without ``reserve_many``) reserves on first use as
-        before. A block a lock no longer wants (it reserved meanwhile) is
-        handed back. Raises ``StoreUnavailable`` if the store fails before
-        any block came back.
+        trip each (one ``reserve_many`` per `WARM_CHUNK` sequences). Each
+        reservation is the store's compare-and-set, as ``reserve`` makes it
+        (see `autoseq.stores.base.reserve_many`); a sequence the store leaves
+        out (missing, exhausted, cycling, near its end, or a store without
+        ``reserve_many``) reserves on first use as before. A block a lock no
+        longer wants (it reserved meanwhile) is handed back. Raises
+        ``StoreUnavailable`` if the store fails before any block came back.
         """
         wanted: dict[str, tuple[SequenceLock, int]] = {}
         for name in self.names() if names is None else names:
@@ -180,14 +189,20 @@ class SequenceRegistry:
             count = lock.first_block_wanted()
             if count:
                 wanted[name] = (lock, count)
-        if not wanted:
-            return 0
+        warmed = 0
+        chosen = list(wanted.values())
+        for at in range(0, len(chosen), WARM_CHUNK):
+            warmed += self._warm_chunk(chosen[at : at + WARM_CHUNK])
+        return warmed
+
+    def _warm_chunk(self, chosen: list[tuple[SequenceLock, int]]) -> int:
+        """One ``reserve_many`` for ``chosen`` (lock, count) pairs; how many locks took theirs."""
         started = time.monotonic()
-        blocks = reserve_many(self.store, [(name, count) for name, (_, count) in wanted.items()])
+        blocks = reserve_many(self.store, [(lock.name, count) for lock, count in chosen])
         latency = time.monotonic() - started
         warmed = 0
         unused: list[Block] = []
-        for (lock, _), block in zip(wanted.values(), blocks, strict=True):
+        for (lock, _), block in zip(chosen, blocks, strict=True):
             if block is None:
                 continue
             if lock.adopt(block, latency=latency, started=started):
