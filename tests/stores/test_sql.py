@@ -410,3 +410,25 @@ def test_first_use_while_the_caller_holds_the_application_file_exclusively(
     store.close()
     assert served == [1, 2, 3]
     assert elapsed < 3, f"the first use waited {elapsed:.1f} s for the caller's lock"
+
+
+def test_create_many_keeps_a_gapless_row_of_the_application_file(tmp_path: Any) -> None:
+    """create_many, as create, returns a gapless row where it lives (the application's
+    SQLite file) and never adds a second row for its name to the companion."""
+    from autoseq import Serial
+
+    url = f"sqlite:///{tmp_path / 'app.db'}"
+    store = SQLStore(url)
+    engine = sa.create_engine(url)
+    with engine.begin() as connection:
+        assert Serial(store, "invoices", "{n}", gapless=True).next(connection) == "1"
+    engine.dispose()
+    rows = store.create_many([SequenceConfig("invoices", start=50), SequenceConfig("orders")])
+    assert [(row.name, row.start, row.current) for row in rows] == [
+        ("invoices", 1, 2),
+        ("orders", 1, 1),
+    ]
+    assert rows[0] == store.create(SequenceConfig("invoices", start=50))
+    assert store.read_own("invoices") is None
+    assert store.read_own("orders") == rows[1]
+    store.close()
