@@ -302,3 +302,39 @@ def test_the_fast_builder_gives_what_from_row_gives(good: tuple[Any, ...]) -> No
     )
     assert type(built.batch) is bool
     assert type(built.cycle) is bool
+
+
+class PlainStore:
+    """A third-party store: the nine methods of SequenceStore and nothing more."""
+
+    def __init__(self) -> None:
+        self.inner = MemoryStore()
+        self.calls: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in {"create", "read", "read_all", "update", "reserve", "release"} | {
+            "compare_and_set",
+            "after_fork",
+            "close",
+        }:
+            raise AttributeError(name)
+        self.calls.append(name)
+        return getattr(self.inner, name)
+
+
+def test_a_store_without_the_batched_operations_keeps_working() -> None:
+    """register_many falls back to create each, warm to first use; values as usual."""
+    from autoseq.stores.capabilities import CreatesMany, ReservesMany
+
+    store = PlainStore()
+    assert not isinstance(store, CreatesMany)
+    assert not isinstance(store, ReservesMany)
+    registry = SequenceRegistry(store)  # type: ignore[arg-type]
+    rows = registry.register_many([SequenceConfig("a"), SequenceConfig("b"), SequenceConfig("a")])
+    assert [row.name for row in rows] == ["a", "b", "a"]
+    assert store.calls.count("create") == 3
+    assert registry.warm() == 0
+    assert store.calls.count("reserve") == 0
+    assert [registry.next("a"), registry.next("b"), registry.next("a")] == [1, 1, 2]
+    assert store.calls.count("reserve") == 2
+    registry.close()
