@@ -40,6 +40,7 @@ from autoseq.config import ROW_COLUMNS, SequenceConfig, configs_from_values, utc
 from autoseq.errors import (
     InvalidSequenceConfig,
     ReservationConflict,
+    SequenceExhausted,
     SequenceNotFound,
     StoreUnavailable,
 )
@@ -767,23 +768,24 @@ class SQLStore:
         )
 
     def reserve_many(self, requests: list[tuple[str, int]]) -> list[Block | None]:
-        """A block of many sequences in few round trips: ``UPDATE ... RETURNING`` over
-        up to 500 names per statement (``name IN (...)``), each row under the
-        conditions of the one-statement reservation, so each is the
-        compare-and-set ``reserve`` makes.
+        """A block of many sequences in few round trips, each row's own compare-and-set.
 
-        None for a row the statement leaves alone (missing, cycling, near its
-        end, hand-edited: ``reserve`` handles or refuses it), for a name
-        asked twice after its first, and for every row where the database has
-        no ``UPDATE ... RETURNING`` (MariaDB). On SQLite the statements share
-        one transaction; elsewhere each commits alone, so a row is locked for
-        one statement only. A failure after some blocks came back returns
-        those (the rest None); before, it raises ``StoreUnavailable``.
+        Where the database has ``UPDATE ... RETURNING``: the one-statement
+        reservation over up to 5,000 names (``name IN (...)``), each row under
+        its conditions; a row it leaves alone (missing, cycling, near its
+        end, hand-edited) is None, for ``reserve`` to handle or refuse.
+        Elsewhere (MariaDB, MySQL): the rows are read under ``SELECT ... FOR
+        UPDATE``, planned as ``reserve`` plans them, and written by one
+        ``UPDATE`` whose ``(name, version) IN (...)`` is the compare-and-set;
+        a missing, exhausted or hand-edited row is None. A name asked twice
+        is None after its first. On SQLite the statements share one
+        transaction; elsewhere each chunk commits alone, so a row is locked
+        for one statement only. A failure after some blocks came back
+        returns those (the rest None); before, it raises ``StoreUnavailable``.
         """
         items = check_requests(requests)
         out: list[Block | None] = [None] * len(items)
-        statement = self._many_statement
-        if statement is None or not items:
+        if not items:
             return out
         self._upgrade_table()
         index: dict[str, int] = {}
@@ -792,13 +794,13 @@ class SQLStore:
             if name not in index:
                 index[name] = at
                 by_count.setdefault(count, []).append(name)
-        size = self._chunk()
+        size = self._chunk() if self._many_statement is not None else self._chunk(3)
         batches = [
             (count, names[at : at + size])
             for count, names in by_count.items()
             for at in range(0, len(names), size)
         ]
-        got: list[tuple[int, Any]] = []
+        got: list[Block] = []
         try:
             with self._watching() as warnings:
                 if self.dialect == "sqlite":  # one writer anyway: one transaction, one commit
@@ -820,25 +822,27 @@ class SQLStore:
                 reason="not replicated",
             )
         failover = self.replication is not None and self.replication.failed_over()
-        rows = configs_from_values(row for _, row in got)
-        for (count, _), stored in zip(got, rows, strict=True):
-            step, after = stored.step, stored.next_value
-            first, last = after - count * step, after - step
-            out[index[stored.name]] = Block(stored.name, first, last, step, stored, False, failover)
+        for block in got:
+            marked = dataclasses.replace(block, failover=True) if failover else block
+            out[index[block.name]] = marked
         self.reservations += len(got)
         return out
 
     def _reserving(
         self, batches: list[tuple[int, list[str]]], *, one_transaction: bool
-    ) -> list[tuple[int, Any]]:
-        """Run the many-row reservation of each (count, names), retrying conflicts."""
+    ) -> list[Block]:
+        """Reserve ``count`` values of each row of every (count, names), retrying conflicts."""
         statement = self._many_statement
-        assert statement is not None
         started = time.monotonic()
         what = f"reserving from {sum(len(names) for _, names in batches)} sequence(s)"
         for attempt in range(self.max_retries):
             try:
-                got: list[tuple[int, Any]] = []
+                got: list[Block] = []
+                if statement is None:
+                    with self._transaction() as connection:
+                        for count, names in batches:
+                            got.extend(self._reserve_locked_rows(connection, count, names))
+                    return got
                 context = self._transaction() if one_transaction else self._connection()
                 with context as connection:
                     if not one_transaction:
@@ -846,9 +850,14 @@ class SQLStore:
                     now = utc_now()
                     for count, names in batches:
                         params = {"seq_names": names, "count": count, "span": count - 1}
-                        result = connection.execute(statement, params | {"now": now})
-                        got.extend((count, row) for row in result)
+                        rows = connection.execute(statement, params | {"now": now}).all()
+                        for stored in configs_from_values(rows):
+                            step, after = stored.step, stored.next_value
+                            first, last = after - count * step, after - step
+                            got.append(Block(stored.name, first, last, step, stored))
                 return got
+            except _Conflict:
+                pass
             except DBAPIError as exc:
                 if self._missing_table(exc):
                     return []
@@ -856,7 +865,42 @@ class SQLStore:
                 if not _retryable(exc) or late or attempt == self.max_retries - 1:
                     raise self._translate(exc, "reserve", what, None) from exc
             time.sleep(min(0.2, 0.001 * 2 ** min(attempt, 8)) * random.random())
-        raise AssertionError("unreachable")  # pragma: no cover
+        raise ReservationConflict(
+            f"reserving from many sequences: gave up after {self.max_retries} attempt(s), "
+            "each colliding with another reservation; reserve them one by one"
+        )
+
+    def _reserve_locked_rows(
+        self, connection: Connection, count: int, names: list[str]
+    ) -> list[Block]:
+        """Without ``UPDATE ... RETURNING``: read the rows under ``FOR UPDATE``, plan each as
+        ``reserve`` does, and write them in one ``UPDATE`` guarded by each row's version."""
+        t = self.table
+        columns = [t.c[column] for column in ROW_COLUMNS]
+        rows = connection.execute(
+            sa.select(*columns).where(t.c.name.in_(names)).with_for_update()
+        ).all()
+        planned: list[tuple[Block, int]] = []
+        for row in rows:
+            try:
+                [stored] = configs_from_values([row])
+                planned.append(plan_reservation(stored, count))
+            except (InvalidSequenceConfig, SequenceExhausted):
+                continue  # left to reserve(), which refuses it by name
+        if not planned:
+            return []
+        unchanged = sa.tuple_(t.c.name, t.c.version).in_(
+            [(block.name, block.version - 1) for block, _ in planned]
+        )
+        current = sa.case({block.name: new for block, new in planned}, value=t.c.name)
+        result = connection.execute(
+            sa.update(t)
+            .where(unchanged)
+            .values(current=current, updated_at=utc_now(), version=t.c.version + 1)
+        )
+        if result.rowcount != len(planned):
+            raise _Conflict
+        return [block for block, _ in planned]
 
     def _watching(self) -> AbstractContextManager[list[str]]:
         """The server's warnings to this thread inside (PostgreSQL), committing included."""
