@@ -474,18 +474,20 @@ def plainly_valid(rows: Sequence[Any]) -> bool:
     if set(map(type, names)) != {str}:
         return False
     # One string for the character checks: no name holds a newline (count),
-    # so none starts or ends with a space when no space touches one.
+    # so a name is empty, or starts or ends with a space, only where a
+    # separator touches another or a space, or at either end.
     joined = "\n".join(names)
     if not (
-        min(map(len, names)) > 0
-        and max(map(len, names)) <= NAME_MAX_LENGTH
+        joined
         and joined.isascii()
         and joined.count("\n") == len(names) - 1
         and joined.replace("\n", "").isprintable()
-        and joined[0] != " "
-        and joined[-1] != " "
+        and joined[0] not in " \n"
+        and joined[-1] not in " \n"
+        and "\n\n" not in joined
         and " \n" not in joined
         and "\n " not in joined
+        and max(map(len, names)) <= NAME_MAX_LENGTH
     ):
         return False
     numbers = (starts, ends, steps, currents, counts, versions)
@@ -495,17 +497,19 @@ def plainly_valid(rows: Sequence[Any]) -> bool:
         or max(map(max, numbers)) > MAX_VALUE
     ):
         return False
-    for flags in (batches, cycles):
-        if not set(map(type, flags)) <= {bool, int} or not set(flags) <= {0, 1}:
-            return False
+    flags = (*batches, *cycles)
+    if not set(map(type, flags)) <= {bool, int} or not set(flags) <= {0, 1}:
+        return False
+    widest = max(steps)
     return (
         min(steps) >= 1
         and min(counts) >= 1
         and all(map(operator.le, starts, ends))
         # room for one step (stricter than row by row, which a False leaves to)
-        and max(starts) <= MAX_VALUE - max(steps)
+        and max(starts) <= MAX_VALUE - widest
         and all(map(operator.le, starts, currents))
-        and not any(map(operator.mod, map(operator.sub, currents, starts), steps))
+        # on the grid (every current is, when every step is 1)
+        and (widest == 1 or not any(map(operator.mod, map(operator.sub, currents, starts), steps)))
         # current <= last_value + step, for a current on the grid from start
         and all(map(operator.le, map(operator.sub, currents, steps), ends))
     )

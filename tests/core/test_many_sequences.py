@@ -247,6 +247,8 @@ BAD_ROWS = [
     row(current=0),
     row(start=50, end=10, current=50),
     row(name=" r"),
+    row(name="r "),
+    row(name="a\nb"),
     row(name="r\x00"),
     row(name="r\n"),
     row(name="x" * 192),
