@@ -48,21 +48,6 @@ ALLOWED_CYCLES: dict[frozenset[str], str] = {
 #: Private names imported across modules still standing, with why.
 ALLOWED_PRIVATE: dict[tuple[str, str], str] = {
     ("autoseq_django.testing", "autoseq_django.maintenance._has_table"): "Django step",
-    **{
-        ("autoseq.stores.sql", f"autoseq.stores.sql.{name}"): (
-            "re-exported by the SQLStore package from its own private modules for its tests "
-            "(autoseq.stores.sql._enable_wal & co)"
-        )
-        for name in (
-            "_engine._enable_wal",
-            "_forkgate._ForkGate",
-            "_statements._TABLE_NAME",
-            "_statements._Conflict",
-            "_statements._one_statement_reservation",
-            "_statements._retryable",
-            "_watchdog._Watchdog",
-        )
-    },
 }
 
 #: Old module paths that are deprecation shims now, and where their names went.

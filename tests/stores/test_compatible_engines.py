@@ -171,10 +171,10 @@ def test_postgresql_family_conflicts_are_retried(sqlstate: str, tmp_path: Any) -
 def test_psycopg2_pgcode_is_read(tmp_path: Any) -> None:
     """psycopg2 (CockroachDB's default driver) carries the SQLSTATE as pgcode: retried too."""
     psycopg2 = pytest.importorskip("psycopg2", reason="psycopg2 not installed")
-    from autoseq.stores.sql._statements import _retryable
+    from autoseq.stores.sql._statements import retryable
 
     class Retry(psycopg2.errors.SerializationFailure):  # type: ignore[misc,name-defined]
         pgcode = "40001"
 
     error = sa.exc.DBAPIError.instance("UPDATE", {}, Retry(), psycopg2.Error)
-    assert _retryable(error)
+    assert retryable(error)

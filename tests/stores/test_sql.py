@@ -106,14 +106,14 @@ def test_two_paths_to_one_sqlite_file_share_one_companion(tmp_path: Any) -> None
 def _switch_new_files_to_wal(paths: list[str], barrier: Any, results: Any) -> None:
     import sqlite3
 
-    from autoseq.stores.sql import _enable_wal
+    from autoseq.stores.sql._engine import enable_wal
 
     failures = []
     for path in paths:
         connection = sqlite3.connect(path, timeout=30, isolation_level=None)
         barrier.wait()
         try:
-            _enable_wal(connection, 30)
+            enable_wal(connection, 30)
             connection.execute("CREATE TABLE IF NOT EXISTS t (x INTEGER)")
         except sqlite3.Error as exc:  # reported to the test, which names it
             failures.append(f"{path}: {type(exc).__name__}: {exc}")

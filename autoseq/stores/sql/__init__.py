@@ -60,7 +60,6 @@ from autoseq.stores.sql._appfile import (
     gapless_sqlite_table,
     locked,
 )
-from autoseq.stores.sql._engine import _enable_wal as _enable_wal
 from autoseq.stores.sql._engine import (
     make_engine,
     needs_watchdog,
@@ -75,21 +74,20 @@ from autoseq.stores.sql._epoch import (
     epoch_table_name,
     validate_skip_blocks,
 )
-from autoseq.stores.sql._forkgate import _ForkGate as _ForkGate
+from autoseq.stores.sql._forkgate import ForkGate
 from autoseq.stores.sql._replication import (
     SYNCHRONOUS_COMMIT,
     Replication,
     validate_synchronous_commit,
 )
 from autoseq.stores.sql._replication import findings as replication_findings
-from autoseq.stores.sql._statements import _TABLE_NAME as _TABLE_NAME
 from autoseq.stores.sql._statements import (
-    _Conflict,
-    _one_statement_reservation,
-    _retryable,
+    Conflict,
     make_names_binary,
     missing_table,
     name_type,
+    one_statement_reservation,
+    retryable,
     sequence_table,
     speaks_postgresql,
     validate_table_name,
@@ -104,7 +102,6 @@ from autoseq.stores.sql._urls import (
     sync_driver_url,
 )
 from autoseq.stores.sql._watchdog import SocketWatch
-from autoseq.stores.sql._watchdog import _Watchdog as _Watchdog
 
 if TYPE_CHECKING:
     from autoseq.stores.capabilities import GaplessEngine
@@ -202,7 +199,7 @@ class SQLStore:
         self._version_ready = False
         # No client-side read timeout in libpq: see _deadline().
         self._watch = SocketWatch(statement_timeout) if needs_watchdog(self.url) else None
-        self._gate = _ForkGate(sqlite_timeout + 1.0)
+        self._gate = ForkGate(sqlite_timeout + 1.0)
         if self.dialect == "sqlite" and not private_memory:
             _gated.add(self)
         self.engine = make_engine(
@@ -241,8 +238,8 @@ class SQLStore:
         )
         settings = self._session_settings(statement_timeout)
         transaction_settings(self.engine, settings)
-        self._one_statement = _one_statement_reservation(self.table, self.engine, settings)
-        self._many_statement = _one_statement_reservation(
+        self._one_statement = one_statement_reservation(self.table, self.engine, settings)
+        self._many_statement = one_statement_reservation(
             self.table, self.engine, settings, many=True
         )
         reset_after_fork(self)
@@ -545,7 +542,7 @@ class SQLStore:
                 pass  # another process created one of them meanwhile: read again
             except DBAPIError as exc:
                 late = time.monotonic() > started + self.statement_timeout
-                if not _retryable(exc) or late or attempt == self.max_retries - 1:
+                if not retryable(exc) or late or attempt == self.max_retries - 1:
                     raise self._translate(exc, "create", what, None) from exc
             time.sleep(min(0.2, 0.001 * 2 ** min(attempt, 8)) * random.random())
         raise ReservationConflict(
@@ -742,7 +739,7 @@ class SQLStore:
                         block = self._reserve_under_row_lock(name, count)
                 self.reservations += 1
                 return self._durable(block, warnings)
-            except _Conflict:
+            except Conflict:
                 pass
             except DBAPIError as exc:
                 if self._missing_table(exc):
@@ -752,7 +749,7 @@ class SQLStore:
                         "register the sequence or run `autoseq init`",
                     ) from None
                 late = time.monotonic() > gives_up
-                if not _retryable(exc) or (late and exc.connection_invalidated):
+                if not retryable(exc) or (late and exc.connection_invalidated):
                     what = f"reserving from sequence {name!r}"
                     raise self._translate(exc, "reserve", what, name) from exc
                 if late:
@@ -856,13 +853,13 @@ class SQLStore:
                             first, last = after - count * step, after - step
                             got.append(Block(stored.name, first, last, step, stored))
                 return got
-            except _Conflict:
+            except Conflict:
                 pass
             except DBAPIError as exc:
                 if self._missing_table(exc):
                     return []
                 late = time.monotonic() > started + self.statement_timeout
-                if not _retryable(exc) or late or attempt == self.max_retries - 1:
+                if not retryable(exc) or late or attempt == self.max_retries - 1:
                     raise self._translate(exc, "reserve", what, None) from exc
             time.sleep(min(0.2, 0.001 * 2 ** min(attempt, 8)) * random.random())
         raise ReservationConflict(
@@ -899,7 +896,7 @@ class SQLStore:
             .values(current=current, updated_at=utc_now(), version=t.c.version + 1)
         )
         if result.rowcount != len(planned):
-            raise _Conflict
+            raise Conflict
         return [block for block, _ in planned]
 
     def _watching(self) -> AbstractContextManager[list[str]]:
@@ -970,7 +967,7 @@ class SQLStore:
                 .values(current=new_current, updated_at=utc_now(), version=t.c.version + 1)
             )
             if result.rowcount != 1:
-                raise _Conflict
+                raise Conflict
         return block
 
     @reconnecting
@@ -1138,7 +1135,7 @@ class SQLStore:
         # must never shut the parent's sockets down from its watchdog).
         if self._watch is not None:
             self._watch.after_fork()
-        self._gate = _ForkGate(self._gate.timeout)
+        self._gate = ForkGate(self._gate.timeout)
         self.engine.dispose(close=False)
         if self._app_rows is not None:
             self._app_rows.dispose(close=False)
@@ -1165,7 +1162,7 @@ def _connects_like(engine_or_url: object, url: URL) -> Callable[..., Any] | None
 
 
 _gated: weakref.WeakSet[SQLStore] = weakref.WeakSet()
-_closed_at_fork: list[_ForkGate] = []
+_closed_at_fork: list[ForkGate] = []
 
 
 def _close_gates_before_fork() -> None:

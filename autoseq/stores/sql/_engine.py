@@ -192,14 +192,14 @@ def _sqlite_immediate(engine: Engine, private_memory: bool, sqlite_timeout: floa
     def _connect(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.isolation_level = None
         if not private_memory:
-            _enable_wal(dbapi_connection, sqlite_timeout)
+            enable_wal(dbapi_connection, sqlite_timeout)
 
     @event.listens_for(engine, "begin")
     def _begin(connection: Connection) -> None:
         connection.exec_driver_sql("BEGIN IMMEDIATE")
 
 
-def _enable_wal(dbapi_connection: Any, timeout: float) -> None:
+def enable_wal(dbapi_connection: Any, timeout: float) -> None:
     """Put a SQLite file in WAL mode, waiting out connections doing the same.
 
     The switch needs the file to itself, and two connections that both hold

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 
-class _ForkGate:
+class ForkGate:
     """Lets a fork wait until no thread of this process is inside a SQLite operation.
 
     SQLite keeps the lock state of each open database file in per-process

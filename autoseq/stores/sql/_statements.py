@@ -15,12 +15,12 @@ from sqlalchemy.exc import DBAPIError, NoSuchTableError
 from autoseq.config import MAX_VALUE, NAME_MAX_LENGTH
 from autoseq.errors import InvalidSequenceConfig
 
-_TABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+TABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
 
 def validate_table_name(table: object) -> str:
     """Return ``table`` if it is a plain identifier, else raise ``InvalidSequenceConfig``."""
-    if not isinstance(table, str) or not _TABLE_NAME.match(table):
+    if not isinstance(table, str) or not TABLE_NAME.match(table):
         raise InvalidSequenceConfig(
             f"table name {table!r} is not a plain identifier; use letters, digits "
             "and underscores (at most 63, not starting with a digit)"
@@ -120,7 +120,7 @@ def sequence_table(
     )
 
 
-class _Conflict(Exception):
+class Conflict(Exception):
     """The row moved between read and write; try again."""
 
 
@@ -135,7 +135,7 @@ RETRY_SQLSTATES = frozenset({"40001", "40P01", "55P03"})
 RETRY_ERRNOS = frozenset({1205, 1213, 8002, 8022, 8028, 9007})
 
 
-def _retryable(exc: DBAPIError) -> bool:
+def retryable(exc: DBAPIError) -> bool:
     # A connection that was dropped is worth another try too: the retry takes
     # a new one (the pool invalidated the old ones).
     if exc.connection_invalidated:
@@ -170,7 +170,7 @@ def speaks_postgresql(dialect: Dialect) -> bool:
     return isinstance(dialect, PGDialect)
 
 
-def _one_statement_reservation(
+def one_statement_reservation(
     table: sa.Table, engine: Engine, settings: Mapping[str, str], *, many: bool = False
 ) -> sa.Update | None:
     """``UPDATE ... RETURNING`` taking ``:count`` values of an ordinary row, or None.

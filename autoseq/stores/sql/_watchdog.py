@@ -26,7 +26,7 @@ from sqlalchemy.exc import DBAPIError
 log = logging.getLogger("autoseq")
 
 
-class _Watchdog:
+class Watchdog:
     """Calls ``expire`` when an armed operation runs past ``timeout`` seconds.
 
     One thread serves every operation of a store (instead of a timer thread
@@ -102,7 +102,7 @@ class SocketWatch:
     def __init__(self, timeout: float) -> None:
         self.timeout = timeout
         self._sockets: weakref.WeakSet[Any] = weakref.WeakSet()
-        self._timers = _Watchdog(timeout, self.shut_sockets)
+        self._timers = Watchdog(timeout, self.shut_sockets)
 
     def add(self, dbapi_connection: Any) -> None:
         """Watch a connection the store's engine just opened."""
@@ -137,4 +137,4 @@ class SocketWatch:
     def after_fork(self) -> None:
         """Forget the parent's connections: a child must never shut the parent's sockets."""
         self._sockets = weakref.WeakSet()
-        self._timers = _Watchdog(self.timeout, self.shut_sockets)
+        self._timers = Watchdog(self.timeout, self.shut_sockets)
