@@ -11,7 +11,6 @@ compare-and-set on the row's version). ``current`` never moves backwards.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,10 +22,16 @@ from pymongo.errors import PyMongoError
 from autoseq import maintenance
 from autoseq.config import SequenceConfig, validate_name
 from autoseq.errors import InvalidSequenceConfig, StoreUnavailable
-from autoseq.stores.mongo import MongoStore, row_document, validate_collection_name
+from autoseq.stores.mongo import MongoStore
 from autoseq_mongoengine import _compat
+from autoseq_mongoengine.counters import (
+    BUILTIN_COUNTERS,
+    builtin_counter,
+    convert_builtin_row,
+    max_stored_value,
+    read_counter,
+)
 
-BUILTIN_COUNTERS = "mongoengine.counters"
 _FIELD_NAME = re.compile(r"^[^$.\x00][^\x00]*$")
 
 
@@ -66,7 +71,7 @@ def adopt_sequence(
     validate_name(config.name)
     validate_field_name(field)
     try:
-        counter = _counter(database, counters_collection, counter_id) if counter_id else None
+        counter = read_counter(database, counters_collection, counter_id) if counter_id else None
         largest = None if documents is None else max_stored_value(documents, field, numeric_only)
     except PyMongoError as exc:
         raise StoreUnavailable(
@@ -77,7 +82,7 @@ def adopt_sequence(
     # The builtin may have kept a counter under this very name in the
     # collection autoseq shares with it (collection_name="counters"): it
     # counts, and it becomes autoseq's row first.
-    shared = _builtin_counter(database, sequence_collection, config.name)
+    shared = builtin_counter(database, sequence_collection, config.name)
     if shared is not None:
         counter = shared if counter is None else max(counter, shared)
         if not dry_run:
@@ -140,8 +145,8 @@ def adopt(
     if counters_collection is None:
         counters_collection = BUILTIN_COUNTERS
         if declared.collection_name != declared.COLLECTION_NAME:
-            here = _builtin_counter(database, declared.collection_name, counter_id)
-            there = _counter(database, BUILTIN_COUNTERS, counter_id)
+            here = builtin_counter(database, declared.collection_name, counter_id)
+            there = read_counter(database, BUILTIN_COUNTERS, counter_id)
             if here is not None and (there is None or here > there):
                 counters_collection = declared.collection_name
     result = adopt_sequence(
@@ -168,82 +173,3 @@ def validate_field_name(field: object) -> str:
             "start with '$' or '.' and holds no NUL"
         )
     return field
-
-
-def _counter(database: Database[Any], collection: str, counter_id: str) -> int | None:
-    entry = database[validate_collection_name(collection)].find_one({"_id": counter_id})
-    if entry is None:
-        return None
-    return _as_int(entry.get("next"))
-
-
-def max_stored_value(target: Collection[Any], field: str, numeric_only: bool) -> int | None:
-    """The largest integer in ``field`` of ``target``; ``numeric_only=False`` scans strings too."""
-    if numeric_only:
-        top = target.find_one(
-            {field: {"$type": "number"}}, projection={field: 1}, sort=[(field, -1)]
-        )
-        return None if top is None else _as_int(top.get(field))
-    largest: int | None = None
-    for document in target.find({field: {"$exists": True}}, projection={field: 1}):
-        value = _as_int(document.get(field))
-        if value is not None and (largest is None or value > largest):
-            largest = value
-    return largest
-
-
-def _as_int(value: Any) -> int | None:
-    if isinstance(value, bool) or value is None:
-        return None
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
-
-
-def _builtin_counter(database: Database[Any], collection: str, counter_id: str) -> int | None:
-    """The builtin's counter ``counter_id`` in ``collection``, if the row has its layout."""
-    entry = database[validate_collection_name(collection)].find_one({"_id": counter_id})
-    if entry is None or "current" in entry:
-        return None  # missing, or a row of autoseq's own
-    return _as_int(entry.get("next"))
-
-
-def convert_builtin_row(
-    database: Database[Any],
-    collection: str,
-    config: SequenceConfig,
-    floor: Callable[[], int | None],
-) -> bool:
-    """Replace a row in mongoengine's counter layout named ``config.name`` by autoseq's.
-
-    With ``collection_name`` shared with the builtin (``"counters"``), a
-    non-primary field's counter ``{_id: "doc.field", next: 7}`` has the name
-    autoseq gives the field's sequence. The row becomes an autoseq row past
-    both the counter and ``floor()`` (the largest stored value), in one
-    replace filtered on the counter as read, so a concurrent conversion or
-    an increment by the builtin makes this one miss (and the caller read
-    again) rather than move a value backward. False when there is no such row.
-    """
-    target = database[validate_collection_name(collection)]
-    try:
-        entry = target.find_one({"_id": config.name})
-        if entry is None or "current" in entry or "next" not in entry:
-            return False
-        seen = [value for value in (_as_int(entry.get("next")), floor()) if value is not None]
-        last = max(seen) if seen else None
-        row = config.with_current(config.first_value_after(last))
-        replaced = target.find_one_and_replace(
-            {"_id": config.name, "next": entry["next"], "current": {"$exists": False}},
-            row_document(row),
-        )
-    except PyMongoError as exc:
-        raise StoreUnavailable(
-            f"converting mongoengine's counter {config.name!r} in {collection} failed: "
-            f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
-            name=config.name,
-        ) from exc
-    return (
-        replaced is not None
-        or target.find_one({"_id": config.name, "current": {"$exists": True}}) is not None
-    )

@@ -47,6 +47,7 @@ from autoseq.errors import (
 from autoseq.lock import BufferPolicy, SequenceLock
 from autoseq.stores.mongo import MongoStore, validate_collection_name
 from autoseq_mongoengine import _compat
+from autoseq_mongoengine.counters import convert_builtin_row, max_stored_value
 from autoseq_mongoengine.registry import sequences
 
 
@@ -167,8 +168,6 @@ class SequenceField(BaseField):  # type: ignore[misc]
         except InvalidSequenceConfig:
             # A row in mongoengine's own counter layout under our name (a
             # shared collection_name): take it over, then serve from it.
-            from autoseq_mongoengine.adoption import convert_builtin_row
-
             if not convert_builtin_row(
                 get_db(self.db_alias),
                 self.collection_name,
@@ -200,8 +199,6 @@ class SequenceField(BaseField):  # type: ignore[misc]
         ``sys_sequence``), so the row starts past documents already there.
         A decorated field (values stored as strings) is scanned.
         """
-        from autoseq_mongoengine.adoption import max_stored_value
-
         document = self._stored_in()
         if document is None:
             return None

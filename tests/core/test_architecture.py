@@ -40,9 +40,6 @@ ALLOWED_CYCLES: dict[frozenset[str], str] = {
             "autoseq_django.testing",
         }
     ): "the Django package is re-laid out in a later step (others edit it now)",
-    frozenset({"autoseq_mongoengine.adoption", "autoseq_mongoengine.fields"}): (
-        "the mongoengine package is re-laid out in a later step"
-    ),
 }
 
 #: Private names imported across modules still standing, with why.
