@@ -70,7 +70,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client import make_asgi_app as _make_asgi_app
@@ -175,6 +175,13 @@ _GAUGE_MODES: dict[str, Literal["livemin", "livesum"]] = {
 def multiprocess_dir() -> str | None:
     """prometheus_client's multi-process directory, or None when each process counts alone."""
     return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
+
+
+@runtime_checkable
+class _ServesFromStore(Protocol):
+    """A signal's sender serving from a store (a `SequenceLock`, a snowflake generator)."""
+
+    store: Any
 
 
 @dataclass
@@ -302,7 +309,8 @@ class AutoseqMetrics(Collector):
 
     def _key(self, sender: Any, name: object) -> _Key:
         """(store, sequence): two databases may each have a sequence of the same name."""
-        return self._store_key(getattr(sender, "store", None), name)
+        store = sender.store if isinstance(sender, _ServesFromStore) else None
+        return self._store_key(store, name)
 
     def _store_key(self, store: Any, name: object) -> _Key:
         """(store, sequence) for a signal whose sender is the store itself."""

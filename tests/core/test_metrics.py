@@ -219,6 +219,30 @@ def test_one_sequence_name_in_two_stores_gets_two_label_sets(tmp_path: Any, scra
             registry.close()
 
 
+def test_a_senders_store_labels_its_counts_and_a_sender_without_one_is_dash(
+    tmp_path: Any, scrape: Scrape
+) -> None:
+    """Any sender with a `store` is counted under it (not only a lock); others under "-"."""
+    from autoseq import signals
+    from autoseq.stores.capabilities import describe
+
+    store = SQLStore(f"sqlite:///{tmp_path / 'labels.db'}")
+
+    class Holder:
+        def __init__(self) -> None:
+            self.store = store
+
+    name = unique_table("cycled")
+    try:
+        signals.sequence_cycled.send(Holder(), name=name, first=1)
+        signals.sequence_cycled.send(object(), name=name, first=1)
+        samples = scrape()
+        assert value(samples, "autoseq_cycled_total", store=describe(store), sequence=name) == 1
+        assert value(samples, "autoseq_cycled_total", store="-", sequence=name) == 1
+    finally:
+        store.close()
+
+
 def test_the_asgi_app_serves_the_same_metrics() -> None:
     """asgi_app() answers an HTTP request with the text format, autoseq's metrics included."""
     import asyncio
