@@ -1,4 +1,8 @@
-"""The exceptions autoseq raises; every one is an [`AutoseqError`][autoseq.errors.AutoseqError]."""
+"""The exceptions autoseq raises; every one is an [`AutoseqError`][autoseq.errors.AutoseqError].
+
+One exception here is not: `Conflict`, the SQL store's internal "try again",
+which never leaves the store.
+"""
 
 from __future__ import annotations
 
@@ -23,6 +27,13 @@ class InvalidSequenceConfig(AutoseqError, ValueError):
         self.rule = rule
 
 
+class MissingDriver(InvalidSequenceConfig):
+    """The sync driver the store needs for a database URL is not installed.
+
+    Also importable from `autoseq.stores.sql` (its home before 0.x).
+    """
+
+
 class InvalidStoredRow(InvalidSequenceConfig):
     """A stored ``sys_sequence`` row holds what no valid sequence can (a hand edit, say).
 
@@ -45,6 +56,13 @@ class InvalidCount(InvalidSequenceConfig):
 
 class ValueMovesBackward(InvalidSequenceConfig):
     """A maintenance write would move ``current`` backward without ``force``."""
+
+
+class InvalidSerial(AutoseqError, ValueError):
+    """A text given to `Serial.parse` is not a serial of that template.
+
+    Also importable from `autoseq.serial` and `autoseq` (its homes before 0.x).
+    """
 
 
 class SequenceNotFound(AutoseqError, LookupError):
@@ -97,6 +115,15 @@ class StoreUnavailable(AutoseqError):
         self.operation = operation
         self.reason = reason
         super().__init__(message)
+
+
+class Conflict(Exception):
+    """The row moved between read and write; try again.
+
+    Internal to the SQL store, which catches it and retries: it never reaches
+    a caller, so it is not an `AutoseqError` (`ReservationConflict` is what
+    one sees when the retries run out).
+    """
 
 
 class ReservationConflict(StoreUnavailable):

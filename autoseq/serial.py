@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 from autoseq import _hooks
 from autoseq.config import MAX_VALUE, SequenceConfig, utc_now, validate_name
 from autoseq.errors import AutoseqError, GaplessUnavailable, InvalidSequenceConfig
+from autoseq.errors import InvalidSerial as InvalidSerial  # its home before 0.x
 from autoseq.lock import SequenceLock
 from autoseq.registry import SequenceRegistry
 from autoseq.stores.base import SequenceStore, check_many
@@ -112,10 +113,6 @@ _PART_HINT = {
 }
 _DIRECTIVE = re.compile(r"%(.?)", re.DOTALL)
 _N_SPEC = re.compile(r"^(?:0(?P<width>[1-9][0-9]*))?d?$", re.ASCII)
-
-
-class InvalidSerial(AutoseqError, ValueError):
-    """A text given to `Serial.parse` is not a serial of that template."""
 
 
 def _period_start(local: date, period: str) -> date:

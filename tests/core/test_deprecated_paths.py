@@ -43,3 +43,22 @@ def test_usage_error_is_one_class_at_both_homes() -> None:
     from autoseq.errors import UsageError
 
     assert FromCli is UsageError
+
+
+@pytest.mark.parametrize(
+    ("old", "name"),
+    [
+        ("autoseq.serial", "InvalidSerial"),
+        ("autoseq", "InvalidSerial"),
+        ("autoseq.stores.sql", "MissingDriver"),
+        ("autoseq.stores.sql._urls", "MissingDriver"),
+        ("autoseq.stores.sql._statements", "Conflict"),
+    ],
+)
+def test_an_exception_lives_in_errors_and_its_old_home_gives_the_same_class(
+    old: str, name: str
+) -> None:
+    from autoseq import errors
+
+    assert getattr(importlib.import_module(old), name) is getattr(errors, name)
+    assert getattr(errors, name).__module__ == "autoseq.errors"

@@ -13,6 +13,7 @@ from sqlalchemy.engine import Connection, Dialect, Engine
 from sqlalchemy.exc import DBAPIError, NoSuchTableError
 
 from autoseq.config import MAX_VALUE, NAME_MAX_LENGTH
+from autoseq.errors import Conflict as Conflict  # its home before 0.x
 from autoseq.errors import InvalidSequenceConfig
 
 TABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
@@ -118,10 +119,6 @@ def sequence_table(
         sa.Column("updated_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("version", sa.BigInteger, nullable=False, server_default="0"),
     )
-
-
-class Conflict(Exception):
-    """The row moved between read and write; try again."""
 
 
 #: SQLSTATEs worth another try: serialization failure (PostgreSQL, and the

@@ -12,7 +12,7 @@ import os
 from sqlalchemy.engine import make_url
 from sqlalchemy.engine.url import URL
 
-from autoseq.errors import InvalidSequenceConfig
+from autoseq.errors import MissingDriver as MissingDriver  # its home before 0.x
 
 SIDECAR_SUFFIX = ".autoseq"
 
@@ -31,10 +31,6 @@ SYNC_DRIVERS = {
 
 #: The extra of autoseq that installs each sync driver a store may need.
 DRIVER_EXTRAS = {"psycopg": "postgres", "psycopg2": "postgres", "pymysql": "mysql"}
-
-
-class MissingDriver(InvalidSequenceConfig):
-    """The sync driver the store needs for a database URL is not installed."""
 
 
 def check_driver(app_url: URL | str) -> None:
