@@ -67,7 +67,7 @@ def trial(mode: str, processes: int, seconds: float, url: str = URL) -> tuple[fl
         for worker in workers:
             worker.join(60)
     finally:
-        setup.drop_table()
+        setup.drop()
         setup.close()
     taken = sum(count for count, _ in results)
     reservations = sum(r for _, r in results)

@@ -104,12 +104,12 @@ def drop_sql_store(store: Any) -> None:
     """Drop what a test's ``SQLStore`` made on a shared server, then close it.
 
     That is its sequence table and the worker-lease table a snowflake on it
-    made (``<table>_worker``), which ``drop_table()`` leaves alone.
+    made (``<table>_worker``), which ``drop()`` leaves alone.
     """
     from autoseq.stores.sql.workers import SQLWorkers
 
     SQLWorkers(store).drop_table()
-    store.drop_table()
+    store.drop()
     store.close()
 
 
@@ -160,7 +160,7 @@ def installed_orm(db_url: str, metadata: Any, **session_options: Any) -> Iterato
         uninstall(maker)
         uninstall(engine)
         registry.close(release=False)
-        store.drop_table()
+        store.drop()
         store.close()
         metadata.drop_all(engine, tables=application_tables(metadata))
         engine.dispose()

@@ -65,5 +65,5 @@ def sql_store(db_url: str) -> Iterator[object]:
     store = SQLStore(db_url, table=unique_table())
     store.create_table()
     yield store
-    store.drop_table()
+    store.drop()
     store.close()

@@ -147,7 +147,7 @@ class Setup:
         with contextlib.suppress(Exception):
             self.metadata.drop_all(self.engine, tables=self.own_tables)
         for store in (self.store, self.slow_store):
-            store.drop_table()
+            store.drop()
             store.close()
         self.engine.dispose()
 

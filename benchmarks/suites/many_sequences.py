@@ -140,11 +140,11 @@ class Rows:
             registry.register_many([SequenceConfig(f"c{i:05d}") for i in range(count)])
             return time.perf_counter() - started
         finally:
-            store.drop_table()
+            store.drop()
             store.close()
 
     def drop(self) -> None:
-        self.store.drop_table()
+        self.store.drop()
         self.store.close()
 
 

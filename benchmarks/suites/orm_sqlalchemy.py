@@ -149,7 +149,7 @@ class Setup:
         self.integration.uninstall(self.Session)
         with contextlib.suppress(Exception):
             self.metadata.drop_all(self.engine, tables=self.own_tables)
-        self.store.drop_table()
+        self.store.drop()
         self.store.close()
         self.engine.dispose()
 

@@ -97,7 +97,7 @@ def sql_store(ctx: Context, backend: str) -> Iterator[Any]:
     try:
         yield store
     finally:
-        store.drop_table()
+        store.drop()
         store.close()
 
 

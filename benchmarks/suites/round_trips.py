@@ -41,7 +41,7 @@ def open_store(ctx: Context, backend: str) -> Iterator[Any]:
     try:
         yield store
     finally:
-        store.drop_table()
+        store.drop()
         store.close()
 
 

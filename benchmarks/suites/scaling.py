@@ -194,7 +194,7 @@ def postgres_groups(ctx: Context, runner: Runner) -> list[Group]:
                 groups.append(group)
         finally:
             admin.execute(f'DROP SEQUENCE IF EXISTS "{sequence}"')
-            store.drop_table()
+            store.drop()
             store.close()
     return groups
 
@@ -244,7 +244,7 @@ def sqlite_groups(ctx: Context, runner: Runner) -> list[Group]:
             )
             groups.append(group)
     finally:
-        store.drop_table()
+        store.drop()
         store.close()
     return groups
 

@@ -65,7 +65,7 @@ def cli(db_url: str, capsys: pytest.CaptureFixture[str]) -> Iterator[Cli]:
         return Result(status, captured.out, captured.err)
 
     yield Cli(db_url, table, store, run)
-    store.drop_table()
+    store.drop()
     store.close()
 
 
@@ -460,7 +460,7 @@ def test_redis_url_lists_sets_and_changes(capsys: pytest.CaptureFixture[str]) ->
         assert row is not None
         assert (row.current, row.batch_count) == (901, 7)
     finally:
-        store.drop_all()
+        store.drop()
         store.close()
 
 

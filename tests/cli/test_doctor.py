@@ -441,7 +441,7 @@ def test_a_corrupt_redis_row_is_found_among_the_others(doctor: Callable[..., Run
     except redis.RedisError as exc:
         unavailable("redis", str(exc))
     finally:
-        store.drop_all()
+        store.drop()
         store.close()
 
 

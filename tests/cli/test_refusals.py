@@ -121,7 +121,7 @@ def test_urls_without_a_driver_use_the_one_autoseq_installs(
         assert run(capsys, "--url", typed, "--sequence-table", table, "list")[0] == 0
     finally:
         store = SQLStore(canonical, table=table)
-        store.drop_table()
+        store.drop()
         store.close()
 
 

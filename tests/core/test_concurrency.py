@@ -40,7 +40,7 @@ def store(db_url: str) -> Iterator[SQLStore]:
     store = SQLStore(db_url, table=unique_table("conc"))
     store.create_table()
     yield store
-    store.drop_table()
+    store.drop()
     store.close()
 
 

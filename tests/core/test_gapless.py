@@ -33,7 +33,7 @@ def store(db_url: str) -> Iterator[SQLStore]:
     sql = SQLStore(db_url, table=unique_table())
     sql.create_table()
     yield sql
-    sql.drop_table()
+    sql.drop()
     sql.close()
 
 

@@ -97,7 +97,7 @@ def test_counters_move_by_the_traffic_served(db_url: str, scrape: Scrape) -> Non
         assert value(closed, "autoseq_values_served_total", sequence=name) == 250
     finally:
         registry.close()
-        store.drop_table()
+        store.drop()
         store.close()
 
 
@@ -123,7 +123,7 @@ def test_a_prefetching_lock_reports_its_next_block_and_the_prefetches(
         assert value(samples, "autoseq_buffered_values", sequence=name) == 18
     finally:
         registry.close()
-        store.drop_table()
+        store.drop()
         store.close()
 
 
@@ -190,7 +190,7 @@ def test_an_outage_counts_prefetch_failures_and_unavailable_time(scrape: Scrape)
         finally:
             proxy.heal()
             registry.close(release=False)
-            store.drop_all()
+            store.drop()
             store.close()
 
 

@@ -65,7 +65,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     if kind == "redis":
         redis_store = _redis_store()
         yield redis_store
-        redis_store.drop_all()
+        redis_store.drop()
         redis_store.close()
         return
     from autoseq.stores import SQLStore
@@ -73,7 +73,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     sql = SQLStore(sql_url(kind, tmp_path), table=unique_table())
     sql.create_table()
     yield sql
-    sql.drop_table()
+    sql.drop()
     sql.close()
 
 
@@ -411,7 +411,7 @@ def test_rollover_across_processes_leaks_no_value_into_the_next_day(
         assert max(counters) < row.next_value
     assert min(by_day["2026-12-01"]) == 1
     assert sorted(by_day["2026-12-01"])[:4] == [1, 2, 3, 4]
-    setup.drop_table()
+    setup.drop()
     setup.close()
 
 

@@ -97,7 +97,7 @@ def test_processes_creating_the_same_sequence_at_once_get_one_row(db_url: str) -
             stored = connection.execute(sa.select(orders.c.id)).scalars().all()
         assert sorted(stored) == sorted(ids)
     finally:
-        store.drop_table()
+        store.drop()
         store.close()
         metadata.drop_all(engine, tables=application_tables(metadata))
         engine.dispose()

@@ -354,7 +354,7 @@ def test_core_on_a_connection_opened_before_install_still_gets_values(db_url: st
     finally:
         uninstall(engine)
         registry.close(release=False)
-        store.drop_table()
+        store.drop()
         models.base.metadata.drop_all(engine, tables=application_tables(models.base.metadata))
         engine.dispose()
 
@@ -415,7 +415,7 @@ def test_auto_create_off_raises_sequence_not_found(db_url: str) -> None:
         assert store.read_all() == []
     finally:
         uninstall(maker)
-        store.drop_table()
+        store.drop()
         store.close()
         models.base.metadata.drop_all(engine, tables=application_tables(models.base.metadata))
         engine.dispose()
@@ -558,7 +558,7 @@ def test_session_maker_install_wins_over_engine_install(setup: Setup, db_url: st
     finally:
         uninstall(maker)
         other_registry.close(release=False)
-        other.drop_table()
+        other.drop()
 
 
 def test_install_on_session_class_covers_every_session_and_engine(tmp_path: Any) -> None:
@@ -615,7 +615,7 @@ def test_default_store_is_sys_sequence_in_the_binds_database(db_url: str) -> Non
         close_registries()
         models.base.metadata.drop_all(engine, tables=application_tables(models.base.metadata))
         if not existed:
-            store.drop_table()
+            store.drop()
         engine.dispose()
 
 
@@ -689,7 +689,7 @@ def test_many_blocks_inside_one_open_transaction_with_a_rollback_in_the_middle(
     finally:
         uninstall(maker)
         registry.close(release=False)
-        store.drop_table()
+        store.drop()
         models.base.metadata.drop_all(engine, tables=application_tables(models.base.metadata))
         engine.dispose()
 
@@ -767,7 +767,7 @@ def test_a_dropped_sequence_table_restarts_past_existing_keys(setup: Setup, db_u
         session.add_all([setup.Order(name="a") for _ in range(5)])
     top = max(row[0] for row in setup.rows())
     setup.registry.close_locks(release=False)
-    setup.store.drop_table()
+    setup.store.drop()
     with setup.maker.begin() as session:
         session.add(setup.Order(name="after"))
     ids = [row[0] for row in setup.rows()]

@@ -201,7 +201,7 @@ def test_serial_columns_on_any_store(kind: str, tmp_path: Any, request: Any) -> 
         uninstall(engine)
         engine.dispose()
         if kind == "redis":
-            store.drop_all()
+            store.drop()
         store.close()
     assert len(codes) == len(set(codes)) == 6
     assert all(code.startswith("T-") and len(code) == len("T-202611-0001") for code in codes)
@@ -278,7 +278,7 @@ def test_two_gapless_serials_in_one_flush_lock_in_name_order(db_url: str) -> Non
         assert alphas == [f"A{n:05d}" for n in range(1, 9)]
     finally:
         uninstall(maker)
-        store.drop_table()
+        store.drop()
         store.close()
         Base.metadata.drop_all(engine, tables=application_tables(Base.metadata))
         engine.dispose()
@@ -322,7 +322,7 @@ def test_gapless_sequence_field_is_an_integer_key_given_back_on_rollback(db_url:
     finally:
         uninstall(maker)
         uninstall(engine)
-        store.drop_table()
+        store.drop()
         store.close()
         Base.metadata.drop_all(engine, tables=application_tables(Base.metadata))
         engine.dispose()
@@ -354,7 +354,7 @@ def test_gapless_sequence_field_starts_past_keys_already_stored(db_url: str) -> 
             assert ticket.id == 42
     finally:
         uninstall(maker)
-        store.drop_table()
+        store.drop()
         store.close()
         Base.metadata.drop_all(engine, tables=application_tables(Base.metadata))
         engine.dispose()

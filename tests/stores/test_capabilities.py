@@ -40,7 +40,7 @@ def app_store(db_url: str) -> Iterator[AppStore]:
     yield store
     if "_worker_leases" in store.__dict__:
         store.worker_leases().drop_table()  # type: ignore[attr-defined]
-    store.drop_table()
+    store.drop()
     store.close()
 
 

@@ -44,7 +44,7 @@ def lookalike() -> Iterator[SQLStore]:
     store.create_table()
     store.create(SequenceConfig("orders"))
     yield store
-    store.drop_table()
+    store.drop()
     store.close()
 
 
@@ -144,7 +144,7 @@ def test_tidb_conflicts_are_retried(code: int, message: str, tmp_path: Any) -> N
         assert (block.first, block.last) == (1, 10)
         assert store.read("orders").next_value == 11  # type: ignore[union-attr]
     finally:
-        store.drop_table()
+        store.drop()
         store.close()
 
 
@@ -164,7 +164,7 @@ def test_postgresql_family_conflicts_are_retried(sqlstate: str, tmp_path: Any) -
         assert raised
         assert (block.first, block.last) == (1, 10)
     finally:
-        store.drop_table()
+        store.drop()
         store.close()
 
 

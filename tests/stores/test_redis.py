@@ -63,7 +63,7 @@ def redis_store() -> Iterator[RedisStore]:
     """A RedisStore under a key prefix no other test uses, its keys deleted afterwards."""
     store = _make_store()
     yield store
-    store.drop_all()
+    store.drop()
     store.close()
 
 
@@ -201,7 +201,7 @@ def test_prefixes_keep_stores_apart(redis_store: RedisStore) -> None:
         assert other.reserve("orders", 1).first == 900
         assert [row.name for row in other.read_all()] == ["orders"]
     finally:
-        other.drop_all()
+        other.drop()
         other.close()
 
 
@@ -716,3 +716,15 @@ def test_release_many_is_one_pipeline(redis_store: RedisStore, monkeypatch: Any)
     assert pipelines == [300]
     assert {redis_store.read(name).current for name in names if name != "h007"} == {4}
     assert redis_store.read("h007").current == 16
+
+
+def test_drop_all_is_a_deprecated_name_of_drop(redis_store: RedisStore) -> None:
+    """`drop()` is every store's name; `drop_all()` still deletes and counts, with a warning."""
+    redis_store.create(SequenceConfig("a"))
+    redis_store.create(SequenceConfig("b"))
+    with pytest.warns(DeprecationWarning, match=r"drop_all\(\) is deprecated: call drop\(\)"):
+        assert redis_store.drop_all() == 2
+    assert redis_store.read("a") is None
+    redis_store.create(SequenceConfig("c"))
+    assert redis_store.drop() == 1
+    assert redis_store.read("c") is None

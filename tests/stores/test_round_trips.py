@@ -27,7 +27,7 @@ def proxied() -> Iterator[tuple[FaultProxy, SQLStore]]:
     store.create_table()
     store.create(SequenceConfig("orders"))
     yield proxy, store
-    store.drop_table()
+    store.drop()
     store.close()
     proxy.close()
 

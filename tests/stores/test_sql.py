@@ -432,3 +432,20 @@ def test_create_many_keeps_a_gapless_row_of_the_application_file(tmp_path: Any) 
     assert store.read_own("invoices") is None
     assert store.read_own("orders") == rows[1]
     store.close()
+
+
+def test_drop_table_is_a_deprecated_name_of_drop(tmp_path: Any) -> None:
+    """`drop()` is every store's name; `drop_table()` still drops, with a warning."""
+    url = f"sqlite:///{tmp_path / 'app.db'}"
+    sa.create_engine(url).dispose()
+    store = SQLStore(url)
+    try:
+        store.create(SequenceConfig("orders"))
+        with pytest.warns(DeprecationWarning, match=r"drop_table\(\) is deprecated: call drop\(\)"):
+            store.drop_table()
+        assert not sa.inspect(store.engine).has_table(store.table_name)
+        store.create(SequenceConfig("orders"))
+        store.drop()
+        assert not sa.inspect(store.engine).has_table(store.table_name)
+    finally:
+        store.close()

@@ -52,6 +52,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import warnings
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from datetime import datetime
@@ -599,6 +600,16 @@ class RedisStore:
         return bool(deleted)
 
     def drop_all(self) -> int:
+        """Deprecated: `drop()` (every store drops itself by that name)."""
+        warnings.warn(
+            "RedisStore.drop_all() is deprecated: call drop(); the old name goes in the next "
+            "release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.drop()
+
+    def drop(self) -> int:
         """Delete every row of this store's prefix (tests, maintenance); returns how many."""
         with self._errors("drop", "deleting every sequence"):
             keys: list[Any] = []

@@ -24,6 +24,7 @@ import logging
 import os
 import random
 import time
+import warnings
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -373,7 +374,7 @@ class SQLStore:
         ):
             self.replication.record_epoch(connection.connection.dbapi_connection)
 
-    def drop_table(self) -> None:
+    def drop(self) -> None:
         """Drop ``sys_sequence`` (tests, ``autoseq`` maintenance), and its epoch record."""
         self.table.drop(self.engine, checkfirst=True)
         if self.replication is not None:
@@ -383,6 +384,16 @@ class SQLStore:
             with self._transaction() as connection:
                 connection.exec_driver_sql(f"DROP TABLE IF EXISTS {quoted}")
         self._table_ready = False
+
+    def drop_table(self) -> None:
+        """Deprecated: `drop()` (every store drops itself by that name)."""
+        warnings.warn(
+            "SQLStore.drop_table() is deprecated: call drop(); the old name goes in the next "
+            "release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        self.drop()
 
     def _ensure_table(self) -> None:
         if not self._table_ready:

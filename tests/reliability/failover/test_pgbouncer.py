@@ -58,7 +58,7 @@ def test_processes_reserving_through_transaction_pooling_fail_none(pgbouncer: Pg
         assert sum(values.values()) == reservations * 10
         assert [value for value, n in values.items() if n > 1] == []
     finally:
-        setup.drop_table()
+        setup.drop()
         setup.close()
 
 
@@ -108,7 +108,7 @@ def test_prepare_threshold_in_the_url_is_understood(
         blocks = [store.reserve("orders", 10) for _ in range(12)]
         assert [block.first for block in blocks] == list(range(1, 121, 10))
     finally:
-        store.drop_table()
+        store.drop()
         store.close()
 
 
@@ -128,5 +128,5 @@ def test_store_sessions_leave_no_setting_on_shared_server_connections(
                 assert plain.execute("SHOW synchronous_commit").fetchone() == ("on",)
                 assert plain.execute("SHOW lock_timeout").fetchone() == ("0",)
     finally:
-        store.drop_table()
+        store.drop()
         store.close()

@@ -33,7 +33,7 @@ def cluster_store(redis_cluster: LocalRedisCluster) -> Iterator[RedisStore]:
     """A RedisStore from a ``redis+cluster://`` URL under its own prefix; keys dropped after."""
     store = RedisStore(redis_cluster.url(), prefix=unique_table("cluster"))
     yield store
-    store.drop_all()
+    store.drop()
     store.close()
 
 
@@ -43,7 +43,7 @@ def client_store(redis_cluster: LocalRedisCluster) -> Iterator[RedisStore]:
     client = redis_cluster.client()
     store = RedisStore(client, prefix=unique_table("cluster"))
     yield store
-    store.drop_all()
+    store.drop()
     client.close()
 
 

@@ -43,7 +43,7 @@ def regions(tmp_path: Path) -> Iterator[tuple[FaultProxy, list[SQLStore]]]:
     yield proxy, stores
     proxy.heal()
     for store in stores:
-        store.drop_table()
+        store.drop()
         store.close()
     proxy.close()
 
