@@ -16,13 +16,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db import connections, models, router
+from django.db import models, router
 
 from autoseq import SequenceConfig, SequenceNotFound
 from autoseq import maintenance as core
 from autoseq.errors import ValueMovesBackward
 from autoseq_django import sequences
 from autoseq_django.fields import SequenceField, sequence_fields, sequence_models
+from autoseq_django.tables import has_table, table_names
 
 #: Settings of a row that the admin and ``autoseq set`` may change.
 CHANGEABLE = core.CHANGEABLE
@@ -45,17 +46,6 @@ def users(name: str, apps: Any = None) -> list[SequenceField]:
         for field in sequence_fields(model)
         if field.sequence_name == name
     ]
-
-
-def table_names(alias: str) -> set[str]:
-    """The tables of database ``alias``, lower-cased (one introspection query)."""
-    connection = connections[alias]
-    with connection.cursor() as cursor:
-        return {n.lower() for n in connection.introspection.table_names(cursor)}
-
-
-def _has_table(alias: str, model: type[models.Model], tables: set[str] | None = None) -> bool:
-    return model._meta.db_table.lower() in (table_names(alias) if tables is None else tables)
 
 
 def column_max(field: SequenceField, alias: str) -> int | None:
@@ -81,7 +71,7 @@ def columns_of(name: str, sequence_alias: str) -> list[ColumnMax]:
         fields = [f for f in users(name) if router.allow_migrate_model(alias, f.model)]
         tables = table_names(alias) if fields else set()
         for field in fields:
-            if _has_table(alias, field.model, tables):
+            if has_table(alias, field.model, tables):
                 label = f"{field.model._meta.label}.{field.name}"
                 found.append(ColumnMax(label, alias, column_max(field, alias)))
     return found
@@ -194,7 +184,7 @@ def sync(
     for model in sequence_models(apps):
         if not router.allow_migrate_model(database, model):
             continue
-        if not _has_table(database, model, tables):
+        if not has_table(database, model, tables):
             continue
         for field in sequence_fields(model):
             by_name.setdefault(field.sequence_name, []).append(field)

@@ -71,14 +71,15 @@ def reset_sequences(using: str) -> list[str]:
     """
     from autoseq_django import catchup, sequences
     from autoseq_django.fields import sequence_fields, sequence_models
-    from autoseq_django.maintenance import _has_table, columns_of, table_names
+    from autoseq_django.maintenance import columns_of
+    from autoseq_django.tables import has_table, table_names
 
     by_name: dict[str, list[Any]] = {}
     tables = table_names(using)
     for model in sequence_models():
         if not router.allow_migrate_model(using, model):
             continue
-        if not _has_table(using, model, tables):
+        if not has_table(using, model, tables):
             continue
         for field in sequence_fields(model):
             by_name.setdefault(field.sequence_name, []).append(field)

@@ -44,7 +44,6 @@ ALLOWED_CYCLES: dict[frozenset[str], str] = {
 
 #: Private names imported across modules still standing, with why.
 ALLOWED_PRIVATE: dict[tuple[str, str], str] = {
-    ("autoseq_django.testing", "autoseq_django.maintenance._has_table"): "Django step",
 }
 
 #: Old module paths that are deprecation shims now, and where their names went.
