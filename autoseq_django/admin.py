@@ -25,7 +25,8 @@ from django.db import models, router
 from django.http import HttpRequest, HttpResponse
 
 from autoseq import AutoseqError
-from autoseq_django import maintenance
+from autoseq_django import columns, maintenance, sequences
+from autoseq_django.columns import sequence_fields
 from autoseq_django.models import SysSequence
 
 if TYPE_CHECKING:
@@ -38,8 +39,6 @@ else:
 
 def _stats(obj: SysSequence) -> dict[str, Any]:
     """``stats()`` of this process's lock of ``obj`` ({} when it has none)."""
-    from autoseq_django import sequences
-
     found = sequences.registry(sequence_alias()).stats().get(obj.name)
     return dict(found) if found else {}
 
@@ -97,8 +96,6 @@ def django_sequence_names() -> set[str]:
     """Sequences of Django's own tables: its apps' models (many-to-many tables too) and
     ``django_migrations``, unless a model of the project draws from the same name."""
     from django.db.migrations.recorder import MigrationRecorder
-
-    from autoseq_django.fields import sequence_fields
 
     theirs = {MigrationRecorder.Migration._meta.db_table}
     ours: set[str] = set()
@@ -241,7 +238,7 @@ class SysSequenceAdmin(_Admin):
 
     @admin.display(description="used by")
     def used_by(self, obj: SysSequence) -> str:
-        labels = [f"{f.model._meta.label}.{f.name}" for f in maintenance.users(obj.name)]
+        labels = [f"{f.model._meta.label}.{f.name}" for f in columns.users(obj.name)]
         return ", ".join(labels) or "no model in this project"
 
     def has_add_permission(self, request: HttpRequest) -> bool:

@@ -1,4 +1,9 @@
-"""The app config: wires checks and signals; never touches a database in ``ready()``."""
+"""The app config: wires checks and signals; never touches a database in ``ready()``.
+
+Django imports this module while it builds the app registry, before any
+model exists, so the package's modules are imported inside the functions
+here (``ready()`` and the signal handlers run once the models are loaded).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,10 @@ from typing import Any
 
 from django.apps import AppConfig
 from django.core.signals import request_started, setting_changed
+from django.db import DatabaseError, connections
 from django.db.backends.signals import connection_created
+
+from autoseq.errors import AutoseqError
 
 
 class AutoseqConfig(AppConfig):
@@ -28,10 +36,8 @@ class AutoseqConfig(AppConfig):
         connection_created.connect(_connection_created, dispatch_uid="autoseq-nodb")
         from django.db.models.signals import post_migrate
 
-        from autoseq_django.catchup import after_migrate
-
         # Sent once per app: ours is enough, the plan covers every app.
-        post_migrate.connect(after_migrate, sender=self, dispatch_uid="autoseq-migrated")
+        post_migrate.connect(_after_migrate, sender=self, dispatch_uid="autoseq-migrated")
         try:
             preload = conf.get().preload
         except ImproperlyConfigured:
@@ -84,6 +90,39 @@ def _connection_created(connection: Any, **kwargs: Any) -> None:
             logging.getLogger("autoseq_django").warning(
                 "autoseq: cannot attach the sequences file to %r: %s", connection.alias, exc
             )
+
+
+def _after_migrate(using: str, apps: Any = None, plan: Any = None, **kwargs: Any) -> None:
+    """``post_migrate``: every sequence used in ``using`` moves past ``max()`` of its columns.
+
+    Whoever declared the table: the project's models, auto-created
+    many-to-many tables and ``django_migrations`` (a project switching
+    ``DEFAULT_AUTO_FIELD`` gives them sequence keys over existing rows).
+    Missing rows are created here, so a first insert reads no ``max()``
+    inside the caller's operations. ``flush`` (no plan) skips it: its tables
+    are empty.
+    """
+    from autoseq_django.maintenance import sync
+    from autoseq_django.sqlite import attach_companion
+    from autoseq_django.testing import install_when_testing
+
+    # Outside the migrations' transaction now: SQLite can ATTACH the file
+    # that migration 0001 created, so this connection sees its rows too.
+    attach_companion(connections[using])
+    install_when_testing()  # test databases are being set up
+    if plan is None:
+        return
+    try:
+        sync(using, apps=apps, create=True)
+    except (AutoseqError, DatabaseError) as exc:
+        # Not fatal to migrate: a row created on first use starts past max() too.
+        logging.getLogger("autoseq_django").warning(
+            "autoseq: could not move the sequences of database %r past their rows after "
+            "migrate (%s); run `manage.py autoseq sync --database %s` once it is reachable",
+            using,
+            exc,
+            using,
+        )
 
 
 def _preload_once(**kwargs: Any) -> None:

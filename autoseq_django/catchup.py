@@ -16,7 +16,8 @@ from ``AutoField`` would otherwise meet the sequence later, as an
   the loaded key are skipped. A loaddata of 10,000 rows costs one catch-up.
 * After ``migrate``, every sequence used in the database moves past
   ``max()`` of its columns (the switch from ``BigAutoField``, say), auto-created
-  many-to-many tables and ``django_migrations`` included.
+  many-to-many tables and ``django_migrations`` included (the ``post_migrate``
+  handler in `autoseq_django.apps`, through `autoseq_django.maintenance.sync`).
 
 Values that another process already holds in memory are its own; the
 first INSERT there that meets a loaded key fails once, with a message to
@@ -32,12 +33,12 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from django.db import DatabaseError, IntegrityError, connections, transaction
+from django.db import IntegrityError, connections, transaction
 
 from autoseq import SequenceNotFound
 from autoseq import maintenance as core
-from autoseq.errors import AutoseqError
-from autoseq_django import _compat
+from autoseq_django import _compat, sequences
+from autoseq_django.columns import sequence_fields, sequence_models
 
 if TYPE_CHECKING:
     from autoseq_django.fields import SequenceField
@@ -126,8 +127,6 @@ def flush(sequence: str | None = None) -> None:
     an INSERT compiles row by row, and another column's take in the middle
     of it must not apply the keys of the rows compiled so far alone.
     """
-    from autoseq_django import sequences
-
     pending_values = _pending()
     keys = [
         key
@@ -182,39 +181,6 @@ def _flush_on_commit() -> None:
         logger.warning("autoseq: could not move a sequence past loaded keys yet: %s", exc)
 
 
-def after_migrate(using: str, apps: Any = None, plan: Any = None, **kwargs: Any) -> None:
-    """``post_migrate``: every sequence used in ``using`` moves past ``max()`` of its columns.
-
-    Whoever declared the table: the project's models, auto-created
-    many-to-many tables and ``django_migrations`` (a project switching
-    ``DEFAULT_AUTO_FIELD`` gives them sequence keys over existing rows).
-    Missing rows are created here, so a first insert reads no ``max()``
-    inside the caller's operations. ``flush`` (no plan) skips it: its tables
-    are empty.
-    """
-    from autoseq_django.maintenance import sync
-    from autoseq_django.sqlite import attach_companion
-    from autoseq_django.testing import install_when_testing
-
-    # Outside the migrations' transaction now: SQLite can ATTACH the file
-    # that migration 0001 created, so this connection sees its rows too.
-    attach_companion(connections[using])
-    install_when_testing()  # test databases are being set up
-    if plan is None:
-        return
-    try:
-        sync(using, apps=apps, create=True)
-    except (AutoseqError, DatabaseError) as exc:
-        # Not fatal to migrate: a row created on first use starts past max() too.
-        logger.warning(
-            "autoseq: could not move the sequences of database %r past their rows after "
-            "migrate (%s); run `manage.py autoseq sync --database %s` once it is reachable",
-            using,
-            exc,
-            using,
-        )
-
-
 def forget(alias: str) -> None:
     """Drop what this thread noted for database ``alias`` (its sequences were reset)."""
     pending_values = _pending()
@@ -249,8 +215,6 @@ def filled(field: SequenceField, instances: list[Any], values: list[int]) -> Non
 
 
 def _fields_of_table(table: str) -> list[SequenceField]:
-    from autoseq_django.fields import sequence_fields, sequence_models
-
     return [
         field
         for model in sequence_models()
@@ -315,8 +279,6 @@ def collided(alias: str, sql: str, params: Any, many: bool, error: BaseException
     ]
     if not fields:
         return None
-    from autoseq_django import sequences
-
     sent = _values(params, many)
     names: list[str] = []
     for field in fields:

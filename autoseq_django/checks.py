@@ -18,8 +18,12 @@ from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections, router
 
-from autoseq_django import conf, sequences
-from autoseq_django.fields import SequenceField, sequence_fields
+from autoseq_django import conf, maintenance, sequences
+from autoseq_django.columns import sequence_fields
+from autoseq_django.fields import SequenceField
+from autoseq_django.models import SysSequence
+from autoseq_django.snowflake_fields import SnowflakeAutoField
+from autoseq_django.sqlite import companion_path
 
 logger = logging.getLogger("autoseq_django")
 
@@ -42,8 +46,6 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
             checks.Error(str(exc), hint="Fix settings.AUTOSEQ.", id="autoseq.E008"),
         ]
     errors: list[checks.CheckMessage] = []
-    from autoseq_django.models import SysSequence
-
     if current.database and router.db_for_write(SysSequence) != current.database:
         errors.append(
             checks.Error(
@@ -99,8 +101,6 @@ def check_sqlite_admin(
     Migration 0003 drops that table when empty; one holding rows is left
     for the operator, and SysSequence queries and the admin would read it.
     """
-    from autoseq_django.sqlite import companion_path
-
     messages: list[checks.CheckMessage] = []
     for alias in databases or ():
         connection = connections[alias]
@@ -131,8 +131,6 @@ def check_stored_rows(
     A database check: it reads ``sys_sequence``, so it runs with ``migrate``
     and ``check --database``, not on every command.
     """
-    from autoseq_django import maintenance
-
     messages: list[checks.CheckMessage] = []
     fields = _all_sequence_fields(app_configs)
     for alias in databases or ():
@@ -185,8 +183,6 @@ def _stored_rows(alias: str) -> dict[str, Any]:
 def _autoseq_default_auto_field() -> str | None:
     """``DEFAULT_AUTO_FIELD`` when it names one of autoseq's key fields, else None."""
     from django.utils.module_loading import import_string
-
-    from autoseq_django.snowflake_fields import SnowflakeAutoField
 
     path = getattr(settings, "DEFAULT_AUTO_FIELD", None)
     if not isinstance(path, str):

@@ -24,6 +24,13 @@ from django.db import DEFAULT_DB_ALIAS, connections, transaction
 
 from autoseq import InvalidSequenceConfig, SequenceConfig, SequenceLock, SequenceNotFound
 from autoseq_django import conf, sequences, testing
+from autoseq_django.serials import (
+    create_row_here,
+    gapless_row,
+    restart_untouched_row,
+    take_gapless_values,
+    watch_transaction,
+)
 
 _configs: dict[tuple[str, int, int | None], tuple[conf.AutoseqSettings, SequenceConfig]] = {}
 
@@ -122,8 +129,6 @@ def get_last_value(
     """
     alias = using or DEFAULT_DB_ALIAS
     if gapless:
-        from autoseq_django.serials import gapless_row
-
         found = gapless_row(sequence_name, connections[alias])
         if found is None or not _taken_from(found):
             return None  # no row, or one nothing was taken from
@@ -146,8 +151,6 @@ def delete(
     """
     alias = using or DEFAULT_DB_ALIAS
     if gapless:
-        from autoseq_django.serials import gapless_row
-
         with transaction.atomic(using=alias, savepoint=False):
             return gapless_row(sequence_name, connections[alias], delete=True) is not None
     sequence_alias = sequences.sequence_database(alias)
@@ -226,14 +229,6 @@ def _gapless(
     count: int,
     nowait: bool,
 ) -> list[int]:
-    from autoseq_django.serials import (
-        create_row_here,
-        gapless_row,
-        restart_untouched_row,
-        take_gapless_values,
-        watch_transaction,
-    )
-
     config = _config(sequence_name, initial_value, reset_value)
     alias = using or DEFAULT_DB_ALIAS
     connection = connections[alias]

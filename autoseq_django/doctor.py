@@ -15,8 +15,9 @@ from django.db import DEFAULT_DB_ALIAS, DatabaseError
 
 from autoseq.doctor import WARN_SECONDS, WARN_SHARE, ColumnUse, Report, examine
 from autoseq.errors import StoreUnavailable
-from autoseq_django import maintenance, sequences
-from autoseq_django.fields import sequence_fields, sequence_models
+from autoseq_django import columns, sequences
+from autoseq_django.columns import sequence_fields, sequence_models
+from autoseq_django.databases import url_key
 
 #: The system check id of each doctor check (E for errors, W for warnings).
 CHECK_IDS = {
@@ -40,7 +41,7 @@ def _columns(sequence_alias: str) -> list[ColumnUse]:
     uses: list[ColumnUse] = []
     for name in _sequence_names():
         try:
-            found = maintenance.columns_of(name, sequence_alias)
+            found = columns.columns_of(name, sequence_alias)
         except DatabaseError as exc:
             uses.append(ColumnUse(f"columns of {name}", name, _failing(exc)))
             continue
@@ -110,7 +111,7 @@ def check_doctor(
     messages: list[checks.CheckMessage] = []
     for alias in databases:
         sequence_alias = sequences.sequence_database(alias)
-        key = sequences._url_key(sequence_alias)
+        key = url_key(sequence_alias)
         if key in seen:
             continue
         seen.add(key)

@@ -26,7 +26,10 @@ from django.db.models.signals import pre_save
 from autoseq import InvalidSequenceConfig, SequenceConfig
 from autoseq.config import MAX_VALUE, SETTING_NAMES, SETTINGS
 from autoseq_django import _compat, catchup, conf, sequences
-from autoseq_django.serials import given_back, note_taken, take_gapless_values
+from autoseq_django.columns import SequenceColumn
+from autoseq_django.columns import sequence_fields as sequence_fields
+from autoseq_django.columns import sequence_models as sequence_models
+from autoseq_django.serials import gapless_problems, given_back, note_taken, take_gapless_values
 
 if TYPE_CHECKING:
     from django.db.backends.base.base import BaseDatabaseWrapper
@@ -129,7 +132,7 @@ class _Preparing(threading.local):
 _preparing = _Preparing()
 
 
-class SequenceField(_BigIntegerField):
+class SequenceField(SequenceColumn, _BigIntegerField):
     """An integer column (or primary key) filled from sequence ``sequence`` on insert.
 
     ``sequence`` defaults to the model's ``db_table``. ``start``, ``end``,
@@ -411,8 +414,6 @@ class SequenceField(_BigIntegerField):
                 "would hide it.",
                 "Remove default= and db_default= from the field.",
             )
-        from autoseq_django.serials import gapless_problems
-
         errors.extend(gapless_problems(self, self.gapless, "SequenceField"))
         return errors
 
@@ -482,29 +483,6 @@ def _refuse_update_without_key(sender: type[models.Model], instance: models.Mode
         value = getattr(instance, pk.attname)
         if value is None or type(value) is _Unfilled:
             raise ValueError("Cannot force an update in save() with no primary key.")
-
-
-def sequence_fields(model: type[models.Model]) -> list[SequenceField]:
-    """The concrete ``SequenceField`` columns of ``model``."""
-    return [f for f in model._meta.concrete_fields if isinstance(f, SequenceField)]
-
-
-def sequence_models(apps: Any = None) -> list[type[models.Model]]:
-    """Every concrete model of ``apps`` (default: the project's) whose table may hold keys.
-
-    Besides the installed apps' models: auto-created many-to-many tables and
-    Django's ``django_migrations``, whose keys come from ``DEFAULT_AUTO_FIELD``
-    too, so a project switching it keeps their sequences past their rows.
-    """
-    from django.apps import apps as global_apps
-    from django.db.migrations.recorder import MigrationRecorder
-
-    registry = apps or global_apps
-    found = [m for m in registry.get_models(include_auto_created=True) if not m._meta.proxy]
-    recorder = MigrationRecorder.Migration
-    if all(m._meta.db_table != recorder._meta.db_table for m in found):
-        found.append(recorder)
-    return found
 
 
 # django-stubs types AutoFieldMixin.formfield as returning None and its

@@ -13,68 +13,31 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from django.conf import settings
-from django.db import models, router
+from django.db import router
 
 from autoseq import SequenceConfig, SequenceNotFound
 from autoseq import maintenance as core
 from autoseq.errors import ValueMovesBackward
 from autoseq_django import sequences
-from autoseq_django.fields import SequenceField, sequence_fields, sequence_models
+from autoseq_django.columns import (
+    ColumnMax,
+    column_max,
+    columns_of,
+    sequence_fields,
+    sequence_models,
+)
+from autoseq_django.columns import (
+    users as users,
+)
 from autoseq_django.tables import has_table, table_names
+
+if TYPE_CHECKING:
+    from autoseq_django.fields import SequenceField
 
 #: Settings of a row that the admin and ``autoseq set`` may change.
 CHANGEABLE = core.CHANGEABLE
-
-
-@dataclass(frozen=True)
-class ColumnMax:
-    """``max()`` of one column that takes values from a sequence, in one database."""
-
-    label: str
-    database: str
-    value: int | None
-
-
-def users(name: str, apps: Any = None) -> list[SequenceField]:
-    """Every ``SequenceField`` (of ``apps``, default the project's) drawing from ``name``."""
-    return [
-        field
-        for model in sequence_models(apps)
-        for field in sequence_fields(model)
-        if field.sequence_name == name
-    ]
-
-
-def column_max(field: SequenceField, alias: str) -> int | None:
-    """``max()`` of ``field``'s column in database ``alias``."""
-    model = field.model
-    result = model._base_manager.using(alias).aggregate(top=models.Max(field.attname))
-    value = result["top"]
-    return None if value is None else int(value)
-
-
-def columns_of(name: str, sequence_alias: str) -> list[ColumnMax]:
-    """``max()`` of every column served by sequence ``name`` of ``sequence_alias``'s store.
-
-    A column counts in each database whose rows draw from that same store
-    (same ``sys_sequence``), where the router lets its model live and its
-    table exists.
-    """
-    target = sequences._url_key(sequence_alias)
-    found: list[ColumnMax] = []
-    for alias in settings.DATABASES:
-        if sequences._url_key(sequences.sequence_database(alias)) != target:
-            continue
-        fields = [f for f in users(name) if router.allow_migrate_model(alias, f.model)]
-        tables = table_names(alias) if fields else set()
-        for field in fields:
-            if has_table(alias, field.model, tables):
-                label = f"{field.model._meta.label}.{field.name}"
-                found.append(ColumnMax(label, alias, column_max(field, alias)))
-    return found
 
 
 first_value_after = core.first_value_after

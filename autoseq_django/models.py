@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from django.db import connections, models
 
 from autoseq.config import NAME_MAX_LENGTH, SequenceConfig
+from autoseq_django.sqlite import show_gapless_rows
 
 if TYPE_CHECKING:
     _Manager = models.Manager["SysSequence"]
@@ -45,8 +46,6 @@ class SequenceManager(_Manager):
 def _show_gapless_rows(alias: str) -> None:
     connection = connections[alias]
     if connection.vendor == "sqlite":
-        from autoseq_django.sqlite import show_gapless_rows
-
         connection.ensure_connection()
         show_gapless_rows(connection)
 

@@ -32,8 +32,9 @@ from autoseq import (
 )
 from autoseq.serial import template_length
 from autoseq.stores import MemoryStore
-from autoseq_django import _compat, conf, sequences
+from autoseq_django import _compat, columns, conf, sequences
 from autoseq_django.catchup import guard_inserts
+from autoseq_django.sqlite import companion_path
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
@@ -356,8 +357,6 @@ def shares_transaction(connection: BaseDatabaseWrapper) -> bool:
         return True
     if connection.vendor != "sqlite":
         return False
-    from autoseq_django.sqlite import companion_path
-
     return companion_path(connection) is not None
 
 
@@ -453,7 +452,7 @@ def take_gapless_values(
         alias = connection.alias
 
         def floor() -> int | None:
-            return sequences._columns_floor(config.name, alias)
+            return columns.columns_floor(config.name, alias)
 
     run = _runner(connection, plan.dialect)
     values: list[int] = _gapless().take_with(

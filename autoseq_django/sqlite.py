@@ -29,6 +29,8 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
+from autoseq_django import sequences
+
 #: The schema name the companion is attached under.
 SCHEMA = "autoseq"
 #: The table SysSequence reads, and where a SQLite file keeps its gapless rows.
@@ -39,7 +41,6 @@ GAPLESS = f"{SEQUENCES}_gapless"
 def companion_path(connection: Any) -> str | None:
     """The companion file of a Django SQLite connection, or None (memory, companion itself)."""
     from autoseq.stores.sql import SIDECAR_SUFFIX, store_url
-    from autoseq_django import sequences
 
     if connection.vendor != "sqlite":
         return None
@@ -68,7 +69,6 @@ def memory_companion_uri(connection: Any) -> str | None:
     elsewhere, or it begins transactions with ``BEGIN IMMEDIATE``/``EXCLUSIVE``.
     """
     from autoseq.stores.sql import SIDECAR_SUFFIX
-    from autoseq_django import sequences
 
     if connection.vendor != "sqlite":
         return None

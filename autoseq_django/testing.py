@@ -22,7 +22,9 @@ from typing import Any
 from django.db import router
 
 from autoseq import maintenance as core
-from autoseq_django import _compat
+from autoseq_django import _compat, catchup, sequences
+from autoseq_django.columns import columns_of, sequence_fields, sequence_models, users
+from autoseq_django.tables import has_table, table_names
 
 _installed = False
 
@@ -51,8 +53,6 @@ def note_api_row(alias: str, name: str, gapless: bool, delete: Callable[..., obj
 
 def forget_api_rows(using: str) -> list[str]:
     """Delete the API's rows of test database ``using`` (not those a model field uses)."""
-    from autoseq_django.maintenance import users
-
     deleted = []
     for row in sorted(r for r in _api_rows if r[0] == using):
         delete = _api_rows.pop(row)
@@ -69,11 +69,6 @@ def reset_sequences(using: str) -> list[str]:
     For test databases between tests: values go back, which is only safe
     when no other process holds blocks of these sequences. Returns the names.
     """
-    from autoseq_django import catchup, sequences
-    from autoseq_django.fields import sequence_fields, sequence_models
-    from autoseq_django.maintenance import columns_of
-    from autoseq_django.tables import has_table, table_names
-
     by_name: dict[str, list[Any]] = {}
     tables = table_names(using)
     for model in sequence_models():

@@ -27,19 +27,6 @@ ALLOWED_CYCLES: dict[frozenset[str], str] = {
         "deprecation shim: autoseq.doctor.run_cli/configure_cli/HELP resolve lazily to "
         "autoseq.cli.doctor for one release"
     ),
-    frozenset(
-        {
-            "autoseq_django.catchup",
-            "autoseq_django.fields",
-            "autoseq_django.maintenance",
-            "autoseq_django.models",
-            "autoseq_django.sequences",
-            "autoseq_django.serials",
-            "autoseq_django.snowflake_fields",
-            "autoseq_django.sqlite",
-            "autoseq_django.testing",
-        }
-    ): "the Django package is re-laid out in a later step (others edit it now)",
 }
 
 #: Private names imported across modules still standing, with why.

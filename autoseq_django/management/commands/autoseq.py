@@ -19,7 +19,7 @@ from django.db import DEFAULT_DB_ALIAS
 from autoseq import AutoseqError
 from autoseq.cli import COMMANDS, add_change_options, add_setting_arguments, given_settings
 from autoseq.config import CHANGEABLE_SETTINGS
-from autoseq_django import conf, maintenance, sequences
+from autoseq_django import columns, conf, doctor, maintenance, sequences
 
 _HELP_DATABASE = (
     "the database whose rows the sequences serve (default: default); its sequences live "
@@ -172,7 +172,7 @@ class Command(BaseCommand):
         lines = [header]
         for row in rows:
             left = "cycles" if row.cycle else f"{row.values_left:,}"
-            used = ", ".join(f"{f.model._meta.label}.{f.name}" for f in maintenance.users(row.name))
+            used = ", ".join(f"{f.model._meta.label}.{f.name}" for f in columns.users(row.name))
             lines.append(
                 (
                     row.name,
@@ -229,8 +229,6 @@ class Command(BaseCommand):
             self.stdout.write(f"{result.name!r} ({', '.join(result.columns)}: {top}): {moved}")
 
     def _doctor(self, sequence_alias: str, **options: Any) -> None:
-        from autoseq_django import doctor
-
         if options["sample"] < 0 or options["warn_days"] < 0 or not 0 < options["warn_share"] <= 1:
             raise CommandError(
                 "--sample and --warn-days must be 0 or more, --warn-share in (0, 1]",
