@@ -22,7 +22,7 @@ from autoseq_django import conf, maintenance, sequences
 from autoseq_django.columns import sequence_fields
 from autoseq_django.fields import SequenceField
 from autoseq_django.models import SysSequence
-from autoseq_django.snowflake_fields import SnowflakeAutoField
+from autoseq_django.snowflake import SnowflakeAutoField
 from autoseq_django.sqlite import companion_path
 
 logger = logging.getLogger("autoseq_django")

@@ -30,7 +30,7 @@ from django.db import models
 from rest_framework import serializers
 from rest_framework.relations import PrimaryKeyRelatedField
 
-from autoseq_django.snowflake_fields import SnowflakeAutoField, SnowflakeField
+from autoseq_django.snowflake import SnowflakeAutoField, SnowflakeField
 
 __all__ = ["IdString", "SnowflakeStringsMixin", "is_snowflake"]
 

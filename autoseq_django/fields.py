@@ -29,7 +29,13 @@ from autoseq_django import _compat, catchup, conf, sequences
 from autoseq_django.columns import SequenceColumn
 from autoseq_django.columns import sequence_fields as sequence_fields
 from autoseq_django.columns import sequence_models as sequence_models
+
+# Every field class's public path: SerialField and the snowflake fields live in
+# their own modules, and their deconstruct() names this module, as migrations do.
+from autoseq_django.serials import SerialField as SerialField
 from autoseq_django.serials import gapless_problems, given_back, note_taken, take_gapless_values
+from autoseq_django.snowflake import SnowflakeAutoField as SnowflakeAutoField
+from autoseq_django.snowflake import SnowflakeField as SnowflakeField
 
 if TYPE_CHECKING:
     from django.db.backends.base.base import BaseDatabaseWrapper
@@ -502,10 +508,3 @@ class SequenceAutoField(SequenceField, _BigAutoField):  # type: ignore[misc]
     _key_editable = True
     # The key is known before the INSERT: no RETURNING needed.
     db_returning = False
-
-
-# snowflake ids live in their own module; importable from here too
-# Serial columns (issue 14) live in their own module, re-exported here.
-from autoseq_django.serials import SerialField as SerialField  # noqa: E402
-from autoseq_django.snowflake_fields import SnowflakeAutoField as SnowflakeAutoField  # noqa: E402
-from autoseq_django.snowflake_fields import SnowflakeField as SnowflakeField  # noqa: E402

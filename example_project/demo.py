@@ -37,7 +37,7 @@ def worker(data_dir: str, orders: int, seed: int, results: Any) -> None:
     from django.db import connections
 
     from autoseq_django import sequences
-    from autoseq_django.snowflake_fields import close_generators
+    from autoseq_django.snowflake import close_generators
     from example_project.orders.models import Order, Shipment
 
     rng = random.Random(seed)

@@ -23,6 +23,10 @@ import pytest
         ("autoseq.alembic", "convert_column", "autoseq.sqlalchemy.alembic"),
         ("autoseq.alembic", "drop_store_table", "autoseq.sqlalchemy.alembic"),
         ("autoseq.alembic", "STORE_TABLES", "autoseq.sqlalchemy.alembic"),
+        ("autoseq_django.snowflake_fields", "SnowflakeField", "autoseq_django.snowflake"),
+        ("autoseq_django.snowflake_fields", "SnowflakeAutoField", "autoseq_django.snowflake"),
+        ("autoseq_django.snowflake_fields", "close_generators", "autoseq_django.snowflake"),
+        ("autoseq_django.snowflake_fields", "generator", "autoseq_django.snowflake"),
     ],
 )
 def test_an_old_path_warns_and_gives_the_same_object(old: str, name: str, new: str) -> None:

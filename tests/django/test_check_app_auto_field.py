@@ -80,7 +80,7 @@ def test_djangos_own_apps_are_left_alone() -> None:
 
 def test_snowflake_default_is_protected_too(startapp_config: AppConfig) -> None:
     """SnowflakeAutoField as DEFAULT_AUTO_FIELD is hidden the same way, and said so."""
-    path = "autoseq_django.snowflake_fields.SnowflakeAutoField"
+    path = "autoseq_django.snowflake.SnowflakeAutoField"
     with override_settings(DEFAULT_AUTO_FIELD=path):
         messages = check_app_default_auto_field([startapp_config])
     assert [m.id for m in messages] == ["autoseq.W010"]

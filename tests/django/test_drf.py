@@ -22,7 +22,7 @@ from rest_framework.test import APIClient
 
 from autoseq_django.drf import IdString, SnowflakeStringsMixin
 from autoseq_django.fields import SequenceField, SerialField, SnowflakeField
-from autoseq_django.snowflake_fields import close_generators
+from autoseq_django.snowflake import close_generators
 from django_tests.testapp.models import Order, Ticket
 
 pytestmark = pytest.mark.django_db

@@ -11,7 +11,7 @@ from django.test import override_settings
 from django.test.utils import isolate_apps
 
 from autoseq_django.fields import SnowflakeAutoField, SnowflakeField
-from autoseq_django.snowflake_fields import close_generators, generator
+from autoseq_django.snowflake import close_generators, generator
 
 
 class SnowEvent(models.Model):
@@ -129,3 +129,50 @@ def test_fields_deconstruct_for_migrations() -> None:
     _, path, _, kwargs = SnowAuto._meta.get_field("id").deconstruct()
     assert path == "autoseq_django.fields.SnowflakeAutoField"
     assert kwargs == {"primary_key": True, "serialize": False}
+
+
+def test_migrations_naming_the_old_module_load_and_makemigrations_sees_no_change() -> None:
+    """`autoseq_django.snowflake_fields` (before issue 32) still gives the fields, with a warning.
+
+    Their ``deconstruct()`` still names `autoseq_django.fields`, so migrations
+    written before the move compare equal and ``makemigrations`` writes nothing.
+    """
+    from django.db.migrations.autodetector import MigrationAutodetector
+    from django.db.migrations.graph import MigrationGraph
+    from django.db.migrations.state import ModelState, ProjectState
+    from django.utils.module_loading import import_string
+
+    with pytest.warns(DeprecationWarning, match="autoseq_django.snowflake"):
+        old_field = import_string("autoseq_django.snowflake_fields.SnowflakeField")
+    with pytest.warns(DeprecationWarning, match="autoseq_django.snowflake"):
+        old_auto = import_string("autoseq_django.snowflake_fields.SnowflakeAutoField")
+    assert (old_field, old_auto) == (SnowflakeField, SnowflakeAutoField)
+    assert SnowflakeField().deconstruct()[1] == "autoseq_django.fields.SnowflakeField"
+    assert SnowflakeAutoField().deconstruct()[1] == "autoseq_django.fields.SnowflakeAutoField"
+    # What a migration written with the old path declares, against the models now.
+    migrated = ProjectState()
+    migrated.add_model(
+        ModelState(
+            "testapp",
+            "SnowEvent",
+            [
+                ("id", old_field(primary_key=True)),
+                ("ref", old_field(layout="refs", null=True)),
+                ("note", models.CharField(max_length=40, default="")),
+            ],
+        )
+    )
+    migrated.add_model(
+        ModelState(
+            "testapp",
+            "SnowAuto",
+            [
+                ("id", old_auto(primary_key=True)),
+                ("note", models.CharField(max_length=40, default="")),
+            ],
+        )
+    )
+    now = ProjectState()
+    now.add_model(ModelState.from_model(SnowEvent))
+    now.add_model(ModelState.from_model(SnowAuto))
+    assert MigrationAutodetector(migrated, now).changes(graph=MigrationGraph()) == {}

@@ -1,0 +1,180 @@
+"""``SnowflakeField`` and ``SnowflakeAutoField``: snowflake ids for Django models.
+
+The id is taken when a row is inserted: ``save()`` and ``bulk_create()`` ask
+the primary key for its value (``get_pk_value_on_save``), other columns fill
+in ``pre_save``, and raw saves (``loaddata``) get one when empty. Worker ids
+are leased from the ``sys_sequence`` database that serves the model's write
+database (routers respected), one generator per layout and store.
+Re-exported from `autoseq_django.fields`.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any
+
+from django.db import models, router
+from django.db.models.fields import NOT_PROVIDED
+from django.db.models.signals import pre_save
+
+from autoseq.snowflake import Snowflake
+from autoseq_django import sequences
+
+if TYPE_CHECKING:
+    from django.db.backends.base.base import BaseDatabaseWrapper
+    from django.forms import Field as FormField
+
+    _BigIntegerField = models.BigIntegerField[int | None, int]
+    _BigAutoField = models.BigAutoField[int | None, int]
+else:
+    _BigIntegerField = models.BigIntegerField
+    _BigAutoField = models.BigAutoField
+
+_generators: dict[tuple[int, str], Snowflake] = {}
+_guard = threading.Lock()
+
+
+def generator(alias: str, layout: str = "default") -> Snowflake:
+    """The generator of ``layout`` for rows written to database ``alias`` (shared, leased once)."""
+    store = sequences.store(sequences.sequence_database(alias))
+    key = (id(store), layout)
+    found = _generators.get(key)
+    if found is None:
+        with _guard:
+            found = _generators.get(key)
+            if found is None:
+                found = _generators[key] = Snowflake(store, name=layout)
+    return found
+
+
+def close_generators() -> None:
+    """Close every generator (releasing its worker id); tests and shutdown."""
+    with _guard:
+        found = list(_generators.values())
+        _generators.clear()
+    for gen in found:
+        gen.close()
+
+
+class _SnowflakeMixin:
+    """What both fields share: where ids come from and when they are taken."""
+
+    layout: str
+    attname: str
+    primary_key: bool
+    model: type[models.Model]
+
+    def take(self, instance: models.Model, using: str | None = None) -> int:
+        """A new id for ``instance``, from the layout's generator for its write database."""
+        alias = using or router.db_for_write(type(instance), instance=instance) or "default"
+        return generator(alias, self.layout).next()
+
+    def get_pk_value_on_save(self, instance: models.Model) -> Any:
+        return self.take(instance)
+
+    def pre_save(self, model_instance: models.Model, add: bool) -> Any:
+        value = getattr(model_instance, self.attname)
+        if add and value is None:
+            value = self.take(model_instance)
+            setattr(model_instance, self.attname, value)
+        return value
+
+
+def _fill_raw_saves(sender: type[models.Model], instance: models.Model, **kwargs: Any) -> None:
+    # loaddata saves raw, so pre_save is never called: fill empty ids here.
+    if not kwargs.get("raw"):
+        return
+    for field in sender._meta.concrete_fields:
+        if isinstance(field, _SnowflakeMixin) and getattr(instance, field.attname) is None:
+            setattr(instance, field.attname, field.take(instance, kwargs.get("using")))
+
+
+class SnowflakeField(_SnowflakeMixin, _BigIntegerField):
+    """A ``BigIntegerField`` (or primary key) holding a snowflake id taken on insert.
+
+    ``layout`` names the snowflake layout whose worker ids are leased (its
+    ``name``); a value set by the user is kept.
+    """
+
+    description = "Snowflake id (64-bit, time-ordered) taken on insert"
+
+    def __init__(self, *args: Any, layout: str = "default", **kwargs: Any) -> None:
+        kwargs.setdefault("blank", True)  # filled on insert, so forms may leave it empty
+        self.layout = layout
+        super().__init__(*args, **kwargs)
+
+    def has_default(self) -> bool:
+        # a key is known before the INSERT: no UPDATE probe first
+        return bool(self.primary_key) or super().has_default()
+
+    def get_default(self) -> Any:
+        if self.primary_key and self.default is NOT_PROVIDED:
+            return None
+        return super().get_default()
+
+    def contribute_to_class(
+        self, cls: type[models.Model], name: str, private_only: bool = False
+    ) -> None:
+        super().contribute_to_class(cls, name, private_only=private_only)
+        if not cls._meta.abstract:
+            pre_save.connect(_fill_raw_saves, sender=cls, dispatch_uid="autoseq-snowflake-raw")
+
+    def formfield(self, **kwargs: Any) -> FormField | None:
+        if self.primary_key:
+            return None
+        return super().formfield(**kwargs)
+
+    def deconstruct(self) -> Any:
+        name, _path, args, kwargs = super().deconstruct()
+        if kwargs.get("blank") is True:
+            del kwargs["blank"]
+        elif not self.blank:
+            kwargs["blank"] = False
+        if self.layout != "default":
+            kwargs["layout"] = self.layout
+        # migrations name the public module, so this one may move
+        return name, "autoseq_django.fields.SnowflakeField", args, kwargs
+
+
+class SnowflakeAutoField(_SnowflakeMixin, _BigAutoField):
+    """A primary key of snowflake ids, usable as ``DEFAULT_AUTO_FIELD``.
+
+    ``DEFAULT_AUTO_FIELD = "autoseq_django.fields.SnowflakeAutoField"`` gives
+    every model without a key of its own snowflake ids (layout ``default``).
+    The column is a plain BIGINT: the database never numbers rows itself.
+    """
+
+    description = "Snowflake id primary key"
+    db_returning = False  # the key is known before the INSERT
+
+    def __init__(self, *args: Any, layout: str = "default", **kwargs: Any) -> None:
+        self.layout = layout
+        super().__init__(*args, **kwargs)
+
+    def db_type(self, connection: BaseDatabaseWrapper) -> str | None:
+        return models.BigIntegerField().db_type(connection)
+
+    def db_type_suffix(self, connection: BaseDatabaseWrapper) -> str | None:
+        return None  # no AUTOINCREMENT / AUTO_INCREMENT / IDENTITY
+
+    def has_default(self) -> bool:
+        return True  # the key is known before the INSERT: no UPDATE probe first
+
+    def get_default(self) -> Any:
+        return None
+
+    def contribute_to_class(
+        self, cls: type[models.Model], name: str, private_only: bool = False, **kwargs: Any
+    ) -> None:
+        super().contribute_to_class(cls, name, private_only=private_only, **kwargs)
+        if not cls._meta.abstract:
+            pre_save.connect(_fill_raw_saves, sender=cls, dispatch_uid="autoseq-snowflake-raw")
+
+    def deconstruct(self) -> Any:
+        name, _path, args, kwargs = super().deconstruct()
+        if self.layout != "default":
+            kwargs["layout"] = self.layout
+        return name, "autoseq_django.fields.SnowflakeAutoField", args, kwargs
+
+
+__all__ = ["SnowflakeAutoField", "SnowflakeField", "close_generators", "generator"]
