@@ -5,7 +5,9 @@ to find its own ``on_commit`` callbacks, or to hook the test runner's
 sequence reset, so these helpers reach into undocumented attributes. Tested
 with Django 5.2 (5.2.19); a Django release that renames one of them breaks
 only this module. (``Model._meta`` and ``_base_manager`` are documented
-API and used where needed.)
+API and used where needed.) Not to be confused with `autoseq_django.compat`,
+django-sequences' public API: this module is the boundary to Django's
+internals, as ``autoseq_mongoengine._compat`` is to mongoengine's.
 """
 
 from __future__ import annotations

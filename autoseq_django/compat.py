@@ -12,7 +12,7 @@ ends, so a rollback gives the number back and committed values have no gap;
 ``nowait=True`` then raises ``DatabaseError`` at once when another
 transaction holds the row. ``autoseq_django.django_sequences`` is this API
 with ``gapless=True`` by default: django-sequences' behaviour, import for
-import.
+import. (Django's private internals are `autoseq_django._compat`'s alone.)
 """
 
 from __future__ import annotations
