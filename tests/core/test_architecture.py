@@ -30,8 +30,7 @@ ALLOWED_CYCLES: dict[frozenset[str], str] = {
 }
 
 #: Private names imported across modules still standing, with why.
-ALLOWED_PRIVATE: dict[tuple[str, str], str] = {
-}
+ALLOWED_PRIVATE: dict[tuple[str, str], str] = {}
 
 #: Old module paths that are deprecation shims now, and where their names went.
 MOVED = {
