@@ -461,7 +461,11 @@ class SequenceLock:
                 operation=exc.operation,
                 reason=exc.reason,
             ) from exc
-        latency = time.monotonic() - started
+        self._reserved(block, time.monotonic() - started, started, prefetch=prefetch)
+        return block
+
+    def _reserved(self, block: Block, latency: float, started: float, *, prefetch: bool) -> None:
+        """Account for a block the store just gave: pacing, signals, the low-range warning."""
         self._note_success(block, latency, started)
         signals.block_reserved.send(
             self,
@@ -477,7 +481,6 @@ class SequenceLock:
                 self, name=self.name, start=block.row.start, end=block.row.end
             )
         self._check_low_remaining(block)
-        return block
 
     def _fenced(self, block: Block, count: int) -> Block:
         """``block``, or one reserved after it, above every value this process reserved before.
@@ -599,21 +602,8 @@ class SequenceLock:
             self._loading = True  # a caller arriving now waits for this block
         try:
             block = self._fenced(block, block.count)  # nothing reserved here before: no store call
-            self._note_success(block, latency, time.monotonic() if started is None else started)
-            signals.block_reserved.send(
-                self,
-                name=self.name,
-                first=block.first,
-                last=block.last,
-                count=block.count,
-                latency=latency,
-                prefetch=True,
-            )
-            if block.cycled:
-                signals.sequence_cycled.send(
-                    self, name=self.name, start=block.row.start, end=block.row.end
-                )
-            self._check_low_remaining(block)
+            at = time.monotonic() if started is None else started
+            self._reserved(block, latency, at, prefetch=True)
         finally:
             with self._cond:
                 self._loading = False

@@ -6,6 +6,6 @@ keep loading. The fields' ``deconstruct()`` names ``autoseq_django.fields``,
 as before: ``makemigrations`` proposes no change.
 """
 
-from autoseq_django._deprecated import moved
+from autoseq.deprecation import moved
 
 __getattr__ = moved("autoseq_django.snowflake_fields", "autoseq_django.snowflake")

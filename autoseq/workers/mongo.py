@@ -3,6 +3,6 @@
 Every name still resolves here for one release, with a ``DeprecationWarning``.
 """
 
-from autoseq._deprecated import moved
+from autoseq.deprecation import moved
 
 __getattr__ = moved("autoseq.workers.mongo", "autoseq.stores.mongo.workers")

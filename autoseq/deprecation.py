@@ -1,4 +1,9 @@
-"""Old import paths kept for one release after a move, with a ``DeprecationWarning``."""
+"""Old import paths kept for one release after a move, with a ``DeprecationWarning``.
+
+Public so that the integrations (`autoseq_django`, `autoseq_mongoengine`)
+keep their own old paths with the same mechanism: an old module's
+``__getattr__`` gives each name of the new module, with a warning.
+"""
 
 from __future__ import annotations
 
