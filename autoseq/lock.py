@@ -53,7 +53,13 @@ from autoseq.errors import (
     SequenceExhausted,
     StoreUnavailable,
 )
-from autoseq.pacing import DEFAULT_MAX_BATCH_COUNT, Backoff, BlockSizer, LowRemainingAlarm
+from autoseq.pacing import (
+    DEFAULT_MAX_BATCH_COUNT,
+    Backoff,
+    BlockSizer,
+    LowRemainingAlarm,
+    shared_budget,
+)
 from autoseq.stores.base import MAX_MANY, Block, SequenceStore, check_many, release_many
 
 __all__ = [
@@ -192,6 +198,7 @@ class SequenceLock:
             adaptive=self._batch,
             block_seconds=policy.block_seconds,
             max_batch_count=policy.max_batch_count,
+            budget=shared_budget(),
         )
         self._backoff = Backoff(policy.retry_initial, policy.retry_max)
         self._turns: deque[object] = deque()  # batch=False callers, in arrival order

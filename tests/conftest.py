@@ -45,6 +45,15 @@ def no_declared_store_tables_left() -> Iterator[None]:
             drop_tables(url, set(DECLARED_STORE_TABLES - tables))
 
 
+@pytest.fixture(autouse=True)
+def fresh_reservation_budget() -> None:
+    """Each test starts with no active sequence in the process's reservation budget: one
+    that made thousands of sequences reserve must not stretch the next test's blocks."""
+    from autoseq.pacing import shared_budget
+
+    shared_budget().reset()
+
+
 @pytest.fixture(params=SQL_PARAMS)
 def sql_backend(request: pytest.FixtureRequest) -> str:
     """Each SQL backend in turn."""

@@ -5,18 +5,24 @@ No threads, no clock and no store: each test drives one part by hand.
 
 from __future__ import annotations
 
+import heapq
 import time
 
 import pytest
 
-from autoseq import SequenceConfig
+from autoseq import InvalidSequenceConfig, SequenceConfig
 from autoseq.buffer import Buffer
 from autoseq.pacing import (
+    ACTIVE_WINDOW,
     DEFAULT_MAX_BATCH_COUNT,
+    DEFAULT_RESERVATIONS_PER_SECOND,
     RANGE_SHARE,
     Backoff,
     BlockSizer,
     LowRemainingAlarm,
+    ReservationBudget,
+    configure,
+    shared_budget,
 )
 from autoseq.stores.base import Block
 
@@ -277,6 +283,189 @@ def test_a_reservation_covers_the_shortfall_in_whole_blocks_and_the_bulk_buffer(
     assert sizer.reservation(0) == 100
     assert sizer.reservation(250) == 300
     assert sizer.reservation(1, buffer_for=2000) == 2000
+
+
+def sizers(n: int, budget: ReservationBudget | None) -> list[BlockSizer]:
+    """``n`` sizers of default settings (batch_count 100, block_seconds 2.0) sharing ``budget``."""
+    return [
+        BlockSizer(100, adaptive=True, block_seconds=2.0, max_batch_count=None, budget=budget)
+        for _ in range(n)
+    ]
+
+
+def round_robin(sequences: list[BlockSizer], rate: float, seconds: float) -> list[float]:
+    """Each sizer's blocks taken at ``rate`` values/s until ``seconds``; when each reserved.
+
+    A made-up clock: a block is reserved the instant the one before runs
+    out, the first blocks at 1 µs intervals, as a loop taking the first value
+    of each would; the second block is sized from the first one's pace, as
+    `SequenceLock` does at the prefetch point.
+    """
+    times = []
+    due = []
+    for index, sizer in enumerate(sequences):
+        at = index * 1e-6
+        first = sizer.reservation(1)
+        sizer.reserved(first, at=at)
+        sizer.serving(first // 10, first / 10 / rate)  # the pace read at its prefetch point
+        times.append(at)
+        due.append((at + first / rate, index))
+    heapq.heapify(due)
+    while due[0][0] < seconds:
+        at, index = heapq.heappop(due)
+        sizer = sequences[index]
+        count = sizer.size
+        sizer.reserved(count, at=at)
+        times.append(at)
+        heapq.heappush(due, (at + count / rate, index))
+    return times
+
+
+def test_a_lone_sequence_is_sized_the_same_with_the_budget_as_without() -> None:
+    """One hot sequence never meets the budget: sized as by a sizer without one, step by step."""
+    budget = ReservationBudget()
+    alone, shared = sizers(1, None)[0], sizers(1, budget)[0]
+    now = 0.0
+    for rate in [15_000_000.0] * 8 + [1_000.0] * 8 + [50_000.0] * 4:
+        for sizer in (alone, shared):
+            sizer.reserved(sizer.size, at=now)
+        assert shared.size == alone.size
+        now += alone.size / rate
+    assert budget.active() == 1
+    assert budget.seconds == 0.0  # 1 / 100 s: below LEAST_SECONDS, the budget does not bind
+    tiny = BlockSizer(10, adaptive=True, block_seconds=1e-9, max_batch_count=None, budget=budget)
+    tiny.reserved(10, at=0.0)
+    tiny.reserved(10, at=1.0)
+    assert tiny.size == 10  # 2 sequences active: their own block_seconds, however short
+
+
+def test_with_many_sequences_active_blocks_last_long_enough_for_the_budget() -> None:
+    """10,000 active sequences, 100/s: a block lasts 100 s, reached in one step from the first."""
+    budget = ReservationBudget(100.0)
+
+    def sizer(floor: int = 100, max_batch_count: int | None = None) -> BlockSizer:
+        made = BlockSizer(
+            floor, adaptive=True, block_seconds=2.0, max_batch_count=max_batch_count, budget=budget
+        )
+        made.reserved(floor, at=0.0)  # its first block
+        return made
+
+    plain, odd, capped, short, slow, burst = (
+        sizer(),
+        sizer(300),
+        sizer(max_batch_count=20_000),
+        sizer(),
+        sizer(),
+        sizer(),
+    )
+    for _ in range(10_000 - 6):
+        budget.reserved(0, at=0.0)  # the other sequences' first blocks
+    assert budget.active() == 10_000
+    assert budget.seconds == pytest.approx(100.0)
+    plain.serving(10, 0.02)  # 500 values/s, read at the first block's prefetch point
+    assert plain.size == 50_000  # 500/s for 100 s, where 16x would have stopped at 1,600
+    odd.serving(10, 0.03)  # 333.3 values/s wants 33,333: whole multiples of batch_count
+    assert odd.size == 33_600
+    capped.serving(10, 0.02)
+    assert capped.size == 20_000  # max_batch_count still caps
+    short.fit_range(99_999)
+    short.serving(10, 0.02)
+    assert short.size == 900  # and RANGE_SHARE on a short range
+    slow.serving(10, 100.0)  # 0.1 value/s: the smallest size is 16 x batch_count here
+    assert slow.size == 1600
+    burst.serving(10, 1e-6)  # still at most 16 x (100 s / 2 s) per step
+    assert burst.size == 100 * 16 * 50
+    # A sequence started now: its first block is 16 x batch_count (the stretch, 50, capped).
+    assert sizers(1, budget)[0].reservation(1) == 1600
+    assert (
+        BlockSizer(
+            100, adaptive=True, block_seconds=2.0, max_batch_count=500, budget=budget
+        ).reservation(1)
+        == 500
+    )
+    assert sizers(1, ReservationBudget(100.0))[0].reservation(1) == 100  # alone: batch_count
+
+
+def test_thousands_of_sequences_round_robin_stay_within_the_budget() -> None:
+    """2,000 sequences at 1,000 values/s each: about 100 reservations/s, not 1,000."""
+    seconds, rate = 200.0, 1_000.0
+    without = round_robin(sizers(2_000, None), rate, seconds)
+    budget = ReservationBudget(100.0)
+    within = round_robin(sizers(2_000, budget), rate, seconds)
+    late = [at for at in within if at >= 100.0]  # after the ramp
+    assert len(late) / (seconds - 100.0) <= 100.0 * 1.05
+    late_without = [at for at in without if at >= 100.0]
+    assert len(late_without) / (seconds - 100.0) >= 900.0  # a block every 2 s each
+    assert len(within) < len(without) / 5
+    # The ramp: the first block (up to 10 x batch_count, the stretch), then up
+    # to 16 x 10 times it (the growth cap stretched alike), then the stretched
+    # size, 20 s of values: three reservations at most for each sequence.
+    ramp = [at for at in within if at < 20.0]
+    assert len(ramp) <= 3 * 2_000
+
+
+def test_idle_sequences_stop_stretching_the_others_blocks() -> None:
+    """2,000 sequences reserve once and go idle: within two periods a hot one is sized as alone."""
+    budget = ReservationBudget(100.0)
+    idle = sizers(1_999, budget)
+    for index, sizer in enumerate(idle):
+        sizer.reserved(100, at=index * 1e-6)
+    hot = sizers(1, budget)[0]
+    now, rate = 1.0, 1_000_000.0
+    hot.reserved(100, at=now)
+    assert budget.seconds == pytest.approx(20.0)
+    hot.serving(10, 1e-5)
+    assert hot.size == 100 * 16 * 10  # stretched: 20 s wanted, growth 16 x 10 per step
+    sizes = []
+    while now < 300.0:
+        now += hot.size / rate
+        hot.reserved(hot.size, at=now)
+        sizes.append((now, hot.size))
+    assert budget.active() == 1
+    assert budget.seconds == 0.0
+    assert sizes[-1][1] == 2_000_000  # 1,000,000 values/s for block_seconds: as if alone
+    # The idle ones were counted for two periods at most (each at least ACTIVE_WINDOW,
+    # twice the stretched 20 s here); the shrink to a quarter per step follows.
+    first_alone = min(at for at, size in sizes if size == 2_000_000)
+    assert first_alone <= 2 * max(ACTIVE_WINDOW, 2 * 20.0) + 20.0
+
+
+def test_the_budget_counts_each_sequence_once_per_period() -> None:
+    """A sequence reserving again in the same period is not counted twice."""
+    budget = ReservationBudget(1.0, window=10.0)
+    one, two = sizers(2, budget)
+    for at in (0.0, 1.0, 2.0, 3.0):
+        one.reserved(100, at=at)
+    assert budget.active() == 1
+    two.reserved(100, at=4.0)
+    assert budget.active() == 2
+    assert budget.seconds == pytest.approx(2.0)
+    one.reserved(100, at=10.5)  # a new period: the previous one's two still count
+    assert budget.active() == 2
+    one.reserved(100, at=21.0)  # two periods on: only the one still reserving
+    assert budget.active() == 1
+    one.reserved(100, at=100.0)  # after a whole period with no reservation: none before count
+    assert budget.active() == 1
+    budget.reset()
+    assert (budget.active(), budget.seconds) == (0, 0.0)
+    one.reserved(100, at=101.0)  # counted again after a reset, its old period notwithstanding
+    assert budget.active() == 1
+
+
+def test_the_process_budget_is_configurable_and_refuses_nonsense() -> None:
+    """configure() changes the shared budget; 0 or less is refused with what to use."""
+    budget = shared_budget()
+    assert configure() is budget
+    assert budget.per_second == DEFAULT_RESERVATIONS_PER_SECOND
+    try:
+        assert configure(reservations_per_second=500).per_second == 500.0
+        for bad in (0, -1.0):
+            with pytest.raises(InvalidSequenceConfig, match="above 0"):
+                configure(reservations_per_second=bad)
+        with pytest.raises(InvalidSequenceConfig, match="reservations_per_second"):
+            ReservationBudget(0.0)
+    finally:
+        configure(reservations_per_second=DEFAULT_RESERVATIONS_PER_SECOND)
 
 
 def test_backoff_doubles_up_to_the_maximum_and_a_success_resets_it() -> None:
