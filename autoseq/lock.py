@@ -83,7 +83,9 @@ class BufferPolicy:
     reserved in the background (Leaf uses 0.1). ``block_seconds``: how long
     a block should last at the rate values were taken lately; each
     reservation is sized for that (at most 16 times the previous size up,
-    a quarter of it down), never below ``batch_count`` nor above
+    a quarter of it down), or longer when many sequences are active (the
+    process's reservation budget, `autoseq.pacing.configure`), never
+    below ``batch_count`` nor above
     ``max_batch_count`` (``None``: `DEFAULT_MAX_BATCH_COUNT`, 2**24,
     about one reservation a second for a process taking values at full
     speed; Leaf caps at 1,000,000; equal to batch_count turns growth off).
