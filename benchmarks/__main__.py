@@ -27,6 +27,7 @@ SUITES = (
     "orm_mongoengine",
     "serials",
     "scaling",
+    "many_sequences",
     "snowflake",
 )
 RESULTS = Path(__file__).resolve().parent / "results"

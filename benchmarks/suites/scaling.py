@@ -8,8 +8,8 @@ updated in a ``BEGIN IMMEDIATE`` transaction per value (what a per-value
 counter such as django-sequences does there). The workers are spawned once
 and reused; all processes of a trial start on the same wall-clock instant.
 The machine has 2 cores, so more than 2 processes compete for CPU as well
-as for the row. Then 1 to 10,000 sequences served round-robin by one
-process (:mod:`benchmarks.suites.many_sequences`).
+as for the row. Many sequences in one process are the next suite,
+`many_sequences`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from typing import Any
 
 from benchmarks.harness import Contender, Group, Sample, Unavailable, run_group
 from benchmarks.servers import POSTGRES_URL, Context, unique_name
-from benchmarks.suites import many_sequences
 
 PROCESSES = (1, 2, 4, 8)
 #: What a worker reports: values taken, server calls, when it began and ended.
@@ -259,4 +258,4 @@ def run(ctx: Context) -> list[Group]:
         groups = postgres_groups(ctx, runner) + sqlite_groups(ctx, runner)
     for group in groups:
         group.notes.append(f"{seconds} s per trial, all processes started together")
-    return groups + many_sequences.run(ctx)
+    return groups
