@@ -731,6 +731,7 @@ class SequenceLock:
                 return None
             self._closed = True
             self._queued = None  # a prefetch not started yet never starts
+            self._sizer.stopped()
             self._stop_waiting = True
             try:
                 while self._loading and self._pid == os.getpid():

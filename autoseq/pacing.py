@@ -146,6 +146,21 @@ class ReservationBudget:
                 self._update()
             return self._period
 
+    def forget(self, counted_in: int, counted_before: int) -> None:
+        """Stop counting a sequence closed for good, last counted in these two periods.
+
+        A registry closed (its sequences never to reserve again here) then
+        stops stretching the blocks of the sequences still serving at once,
+        not two periods later.
+        """
+        with self._guard:
+            period = self._period
+            if counted_in == period:
+                self._counted = max(0, self._counted - 1)
+            if period - 1 in (counted_in, counted_before):
+                self._previous = max(0, self._previous - 1)
+            self._update()
+
     def _update(self) -> None:
         seconds = self.active() / self.per_second
         self.seconds = seconds if seconds >= LEAST_SECONDS else 0.0
@@ -231,6 +246,7 @@ class BlockSizer:
     """
 
     __slots__ = (
+        "_counted_before",
         "_counted_in",
         "_latest_at",
         "_latest_count",
@@ -256,6 +272,7 @@ class BlockSizer:
         self.floor = floor
         self.budget = budget
         self._counted_in = 0  # the budget's period this sequence was last counted in
+        self._counted_before = 0  # and the one before that
         self.adaptive = adaptive
         self.block_seconds = block_seconds
         self.limit = max(max_batch_count or DEFAULT_MAX_BATCH_COUNT, floor)  # as configured
@@ -311,13 +328,21 @@ class BlockSizer:
     def reserved(self, count: int, at: float) -> None:
         """Record a reservation of ``count`` values that started at ``at``; resize."""
         if self.budget is not None:
-            self._counted_in = self.budget.reserved(self._counted_in, at)
+            period = self.budget.reserved(self._counted_in, at)
+            if period != self._counted_in:
+                self._counted_before, self._counted_in = self._counted_in, period
         previous = self._latest_at
         self._latest_at = at
         if previous is not None and at > previous and self._latest_count:
             self.rate = self._latest_count / (at - previous)
             self._adapt(self.rate)
         self._latest_count = count
+
+    def stopped(self) -> None:
+        """The sequence is closed: the budget no longer counts it as active."""
+        if self.budget is not None:
+            self.budget.forget(self._counted_in, self._counted_before)
+            self._counted_in = self._counted_before = 0
 
     def _start_larger(self) -> None:
         self.size = self._least()

@@ -452,6 +452,22 @@ def test_the_budget_counts_each_sequence_once_per_period() -> None:
     assert budget.active() == 1
 
 
+def test_closed_sequences_stop_counting_at_once() -> None:
+    """2,000 sequences counted over two periods, 1,999 closed: one active, no stretch left."""
+    budget = ReservationBudget(100.0, window=10.0)
+    many = sizers(2_000, budget)
+    for sizer in many:
+        sizer.reserved(100, at=0.0)
+    for sizer in many[:1_000]:
+        sizer.reserved(100, at=15.0)  # a new period: 2,000 in the previous one, 1,000 in this
+    assert budget.active() == 2_000
+    for sizer in many[1:]:
+        sizer.stopped()
+        sizer.stopped()  # closing twice counts once
+    assert budget.active() == 1
+    assert budget.seconds == 0.0
+
+
 def test_the_process_budget_is_configurable_and_refuses_nonsense() -> None:
     """configure() changes the shared budget; 0 or less is refused with what to use."""
     budget = shared_budget()
