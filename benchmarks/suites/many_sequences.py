@@ -5,26 +5,15 @@ Each trial opens a registry on N stored rows and measures, in order:
 engine, back to back), the process's RSS per loaded sequence and per
 sequence holding its first block, the first value of each sequence
 (``registry.warm()``, first blocks in few round trips, then one ``next()``
-each, timed together), then
-``next()`` round-robin (one value of each sequence in turn) for a fixed
-time, the threads alive after it (the harness's load sampler aside), and
+each, timed together), then a warm-up of ``next()`` round-robin (one value
+of each sequence in turn) for `WARM_UP` seconds and `WARM_UP_PER_SEQUENCE`
+more per sequence (45 s at 10,000), then the same for a fixed time,
+measured: values/s in steady state, and the reservations made in that
+window. Then the threads alive (the harness's load sampler aside), and
 ``registry.close()`` (unused tails handed back). The peer is ``next()`` on
-one sequence of the same store, in the same loop shape, in the same run:
-the ratio is the share of one sequence's speed that N sequences keep
-(issue 34's target: 0.5 at 10,000). Creating N rows through
-``registry.register_many()`` (configs built inside the timing) is timed
-on a fresh table; the N rows of the trials are inserted in one statement.
-sequence holding its first block, the first value of each sequence, then
-a warm-up of ``next()`` round-robin (one value of each sequence in turn)
-for `WARM_UP` seconds and `WARM_UP_PER_SEQUENCE` more per sequence (45 s
-at 10,000), then
-the same for a fixed time, measured: values/s in steady state, and the
-reservations made in that window. Then the threads alive (the harness's
-load sampler aside), and ``registry.close()`` (unused tails handed back).
-The peer is ``next()`` on one sequence of the same store, in the same loop
-shape, after the same warm-up, in the same run: the ratio is the share of
-one sequence's speed that N sequences keep (issue 34's target: 0.5 at
-10,000).
+one sequence of the same store, in the same loop shape, after the same
+warm-up, in the same run: the ratio is the share of one sequence's speed
+that N sequences keep (issue 34's target: 0.5 at 10,000).
 
 Why a warm-up: every sequence starts at ``batch_count`` (or 16 times it
 under the process's reservation budget, `autoseq.pacing`) and grows
@@ -36,9 +25,9 @@ measures that ramp alone (0.007x, whatever the steady state). The ramp is
 reported apart: its values/s ("warm-up values/s") and the reservations it
 made, so what a cold start costs stays visible.
 
-Creating rows through ``register()`` is timed on a fresh table of up to
-1,000 rows (10,000 one-row transactions on a SQLite file take about a
-minute); the N rows of the trials are inserted in one statement.
+Creating N rows through ``registry.register_many()`` (configs built inside
+the timing) is timed on a fresh table; the N rows of the trials are
+inserted in one statement.
 """
 
 from __future__ import annotations
@@ -235,9 +224,8 @@ def groups_for(ctx: Context, backend: str, label: str, url: str) -> list[Group]:
         finally:
             rows.drop()
         group.notes.append(
-            f"{seconds} s of next() per trial; register_many() of {creating:,} new rows took "
             f"{warm_up(count):g} s of warm-up, then {seconds} s of next() measured per trial; "
-            f"register() of {creating:,} new rows took "
+            f"register_many() of {creating:,} new rows took "
             f"{created:.2f} s ({created / creating * 1e3:.2f} ms each)"
         )
         _report(ctx, group, count, label, created / creating)
