@@ -48,7 +48,7 @@ def many(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SQLStore]:
     with store.engine.begin() as connection:
         connection.execute(sa.insert(store.table), rows)
     yield store
-    store.drop_table()
+    store.drop()
     store.close()
 
 
