@@ -1,23 +1,9 @@
 """SQLAlchemy integration: ``SequenceField`` columns and ``install()``.
 
-Declare the column, call ``install()`` once, and every insert path gets the
-next values of the column's sequence. Where SQLAlchemy 2.x routes each path:
-
-* ``session.add()`` / ``add_all()`` + flush: a ``before_flush`` listener sets
-  the attribute of every pending object that has none, taking one
-  ``next_many`` per sequence per flush, so the ORM inserts known keys.
-* ORM bulk ``session.execute(insert(Order), [dicts])``: ``do_orm_execute``
-  works out which columns need values, and the values go into the row
-  copies the ORM makes for its Core insert (never into the caller's dicts,
-  and with no copy of our own).
-  Any other statement run through a session (one row, joined inheritance)
-  gets the missing keys added to copies of the rows that lack them.
-* Core ``conn.execute(insert(table), [dicts])``: an engine ``before_execute``
-  listener (``retval=True``) fills the parameter dicts, one ``next_many`` per
-  sequence per statement.
-* Anything else that reaches Core without a value (``insert().values(...)``,
-  multi-row VALUES, legacy bulk methods, a connection opened before the engine
-  was watched): the column's own Python default takes ``next()`` per row.
+Declare the column, call ``install()`` once, and every insert path
+SQLAlchemy 2.x has (the session's flush, ORM bulk, Core executemany, a
+column's own default) gets the next values of the column's sequence;
+`autoseq.sqlalchemy.listeners` says which listener fills which.
 
 Every kind of generated column (``SequenceField``, ``SerialField``,
 ``SnowflakeField``) is filled by these same listeners. A value the user
