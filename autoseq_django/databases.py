@@ -136,10 +136,14 @@ def sequence_database(write_alias: str) -> str:
     chosen = conf.get().database
     if chosen:
         return chosen
-    # By name through Django's app registry: this module sits below
-    # `autoseq_django.models` (whose manager reaches it through
-    # `autoseq_django.sqlite`), and the model exists only once apps are ready.
-    sys_sequence = apps.get_model("autoseq", "SysSequence")  # the app label
+    # From Django's record of every model class defined, by app label: this
+    # module sits below `autoseq_django.models` (whose manager reaches it
+    # through `autoseq_django.sqlite`). Not `apps.get_model()`, which asks the
+    # installed apps: Django's own tests narrow INSTALLED_APPS with
+    # override_settings and still save rows keyed by our sequences.
+    sys_sequence = apps.all_models["autoseq"].get("syssequence")
+    if sys_sequence is None:  # the app's models were never imported: no router can know it
+        return write_alias
     for candidate in router.routers:
         method = getattr(candidate, "db_for_write", None)
         if method is not None:

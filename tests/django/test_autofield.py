@@ -234,3 +234,18 @@ def test_update_conflicts_without_returned_rows_keeps_no_key(
     ours = _upsert_keys(Tag, "sqlite")
     assert ours == _upsert_keys(BaselineTag, "sqlite")
     assert ours[0] == [None, None, None, None]
+
+
+def test_inserts_work_while_the_installed_apps_leave_autoseq_out(backend: str) -> None:
+    """Django's own suite narrows INSTALLED_APPS (``override_settings``) and still saves
+    rows keyed by sequences (its migration records): the SysSequence model is found
+    though its app is not installed for the moment (142 of Django's tests raised
+    LookupError: "No installed app with label 'autoseq'" when it was looked up by label)."""
+    from django.conf import settings
+
+    before = Widget.objects.using(backend).create(name="before")
+    narrowed = [app for app in settings.INSTALLED_APPS if app != "autoseq_django"]
+    with override_settings(INSTALLED_APPS=narrowed):
+        sequences.changed()  # as a new process would: the routing is looked up again
+        during = Widget.objects.using(backend).create(name="during")
+    assert during.pk > before.pk
