@@ -578,15 +578,19 @@ class SequenceLock:
         child, and without ``batch`` (each caller reserves its own values).
         """
         with self._lock:
-            if (
-                not self._batch
-                or self._closed
-                or self._loading
-                or self._tally.reservations
-                or self._pid != os.getpid()
-            ):
+            if not self._first_block_open():
                 return 0
             return self._sizer.reservation(1, self._bulk_buffer())
+
+    def _first_block_open(self) -> bool:
+        """Whether a first block from elsewhere may still be served (held: ``_lock``)."""
+        return (
+            self._batch
+            and not self._closed
+            and not self._loading
+            and not self._tally.reservations
+            and self._pid == os.getpid()
+        )
 
     def adopt(self, block: Block, *, latency: float = 0.0, started: float | None = None) -> bool:
         """Serve ``block``, reserved for this sequence elsewhere, as the lock's first block.
@@ -599,14 +603,7 @@ class SequenceLock:
         `first_block_wanted`).
         """
         with self._cond:
-            if (
-                block.name != self.name
-                or not self._batch
-                or self._closed
-                or self._loading
-                or self._tally.reservations
-                or self._pid != os.getpid()
-            ):
+            if block.name != self.name or not self._first_block_open():
                 return False
             self._loading = True  # a caller arriving now waits for this block
         try:

@@ -859,10 +859,7 @@ class SQLStore:
                     for count, names in batches:
                         params = {"seq_names": names, "count": count, "span": count - 1}
                         rows = connection.execute(statement, params | {"now": now}).all()
-                        for stored in configs_from_values(rows):
-                            step, after = stored.step, stored.next_value
-                            first, last = after - count * step, after - step
-                            got.append(Block(stored.name, first, last, step, stored))
+                        got.extend(_returned_block(row, count) for row in configs_from_values(rows))
                 return got
             except Conflict:
                 pass
@@ -956,9 +953,7 @@ class SQLStore:
                 row = connection.execute(statement, params).mappings().first()
         if row is None:
             return None
-        stored = SequenceConfig.from_row(row)
-        step, after = stored.step, stored.next_value
-        return Block(name, after - count * step, after - step, step, stored, False)
+        return _returned_block(SequenceConfig.from_row(row), count)
 
     def _reserve_under_row_lock(self, name: str, count: int) -> Block:
         """Any row: read it under ``SELECT ... FOR UPDATE``, plan in Python, compare-and-set."""
@@ -1155,6 +1150,12 @@ class SQLStore:
         self.engine.dispose()
         if self._app_rows is not None:
             self._app_rows.dispose()
+
+
+def _returned_block(stored: SequenceConfig, count: int) -> Block:
+    """The block of ``count`` values a reservation statement ended at ``stored`` (its new row)."""
+    step, after = stored.step, stored.next_value
+    return Block(stored.name, after - count * step, after - step, step, stored)
 
 
 def _connects_like(engine_or_url: object, url: URL) -> Callable[..., Any] | None:
