@@ -49,6 +49,7 @@ from sqlalchemy.dialects.postgresql.base import PGDialect
 from autoseq.config import SequenceConfig, utc_now
 from autoseq.errors import InvalidSequenceConfig, InvalidStoredRow
 from autoseq.pacing import DEFAULT_MAX_BATCH_COUNT, RANGE_SHARE
+from autoseq.stores.sql._statements import sqlstate
 from autoseq.stores.sql.workers import worker_table_name
 from autoseq.workers import LAYOUT_ROW
 
@@ -187,7 +188,7 @@ class Epoch:
             cursor.execute(f"SELECT system_identifier, timeline FROM {self.table} WHERE id = 1")  # noqa: S608
             row = cursor.fetchone()
         except Exception as exc:  # noqa: BLE001 - the driver's error, read by its SQLSTATE
-            if _sqlstate(exc) == _UNDEFINED_TABLE:
+            if sqlstate(exc) == _UNDEFINED_TABLE:
                 self.record_or_warn(cursor, identity, if_used=True)
             else:
                 self._warn_once(f"cannot read the epoch record {self.table}: {exc}")
@@ -321,7 +322,3 @@ class Epoch:
             f"AND expires_ms + {ttl} > {now_ms} AND expires_ms < {now_ms} + {ttl}"
         )
         return int(cursor.rowcount or 0)
-
-
-def _sqlstate(exc: BaseException) -> str:
-    return str(getattr(exc, "sqlstate", None) or getattr(exc, "pgcode", None) or "")

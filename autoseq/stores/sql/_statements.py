@@ -132,15 +132,21 @@ RETRY_SQLSTATES = frozenset({"40001", "40P01", "55P03"})
 RETRY_ERRNOS = frozenset({1205, 1213, 8002, 8022, 8028, 9007})
 
 
+def sqlstate(error: object) -> str:
+    """A driver error's SQLSTATE, "" if it has none.
+
+    psycopg 3 names it ``sqlstate``, psycopg2 (CockroachDB's default driver) ``pgcode``.
+    """
+    return str(getattr(error, "sqlstate", None) or getattr(error, "pgcode", None) or "")
+
+
 def retryable(exc: DBAPIError) -> bool:
     # A connection that was dropped is worth another try too: the retry takes
     # a new one (the pool invalidated the old ones).
     if exc.connection_invalidated:
         return True
     orig = exc.orig
-    # psycopg 3 names it sqlstate, psycopg2 (CockroachDB's default driver) pgcode.
-    code = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None) or ""
-    if code in RETRY_SQLSTATES:
+    if sqlstate(orig) in RETRY_SQLSTATES:
         return True
     args = getattr(orig, "args", ())
     if args and isinstance(args[0], int) and args[0] in RETRY_ERRNOS:
