@@ -539,6 +539,11 @@ class SequenceLock:
         with self._lock:
             self._backoff.succeeded()
             tally = self._tally
+            # Served so far, the new block not yet counted nor in hand: the
+            # sizer's rate is what was served between reservations.
+            buffer = self._buffer
+            served = tally.reserved_values - buffer.current_left(self._position())
+            served -= buffer.queued()
             tally.reservations += 1
             tally.reserved_values += block.count
             tally.last_latency = latency
@@ -553,7 +558,7 @@ class SequenceLock:
             )
             self._buffer.latest = block
             self._sizer.fit_range(block.row.range_size)
-            self._sizer.reserved(block.count, started)
+            self._sizer.reserved(block.count, started + latency, served)
 
     def _check_low_remaining(self, block: Block) -> None:
         passed = self._alarm.check(block)
