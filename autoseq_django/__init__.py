@@ -104,7 +104,7 @@ def preload(using: str | None = None) -> list[str]:
     from django.db import router
 
     # Imported on use, like every import of this module: it loads before Django's apps.
-    from autoseq_django import sequences
+    from autoseq_django import registry as sequences
     from autoseq_django.columns import sequence_fields, sequence_models
 
     names: set[str] = set()

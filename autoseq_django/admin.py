@@ -25,7 +25,8 @@ from django.db import models, router
 from django.http import HttpRequest, HttpResponse
 
 from autoseq import AutoseqError
-from autoseq_django import columns, maintenance, sequences
+from autoseq_django import columns, maintenance
+from autoseq_django import registry as sequences
 from autoseq_django.columns import sequence_fields
 from autoseq_django.models import SysSequence
 

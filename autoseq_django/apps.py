@@ -58,14 +58,15 @@ def _install_metrics() -> None:
 
 def _settings_changed(setting: str, **kwargs: Any) -> None:
     if setting in ("AUTOSEQ", "DATABASES", "DATABASE_ROUTERS"):
-        from autoseq_django import conf, sequences
+        from autoseq_django import conf
+        from autoseq_django import registry as sequences
 
         conf.reset()
         sequences.reset()
 
 
 def _connection_created(connection: Any, **kwargs: Any) -> None:
-    from autoseq_django import sequences
+    from autoseq_django import registry as sequences
     from autoseq_django._compat import NO_DB_ALIAS
     from autoseq_django.catchup import guard_inserts
 

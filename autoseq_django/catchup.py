@@ -37,7 +37,8 @@ from django.db import IntegrityError, connections, transaction
 
 from autoseq import SequenceNotFound
 from autoseq import maintenance as core
-from autoseq_django import _compat, sequences
+from autoseq_django import _compat
+from autoseq_django import registry as sequences
 from autoseq_django.columns import sequence_fields, sequence_models
 
 if TYPE_CHECKING:

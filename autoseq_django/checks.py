@@ -18,7 +18,8 @@ from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections, router
 
-from autoseq_django import conf, maintenance, sequences
+from autoseq_django import conf, maintenance
+from autoseq_django import registry as sequences
 from autoseq_django.columns import sequence_fields
 from autoseq_django.fields import SequenceField
 from autoseq_django.models import SysSequence

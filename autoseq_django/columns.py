@@ -1,6 +1,6 @@
 """The columns that draw from a sequence: which models, which fields, their ``max()``.
 
-What the registry (`autoseq_django.sequences`: a row created on first use
+What the registry (`autoseq_django.registry`: a row created on first use
 starts past ``max()`` of its columns), the catch-up after loaded keys, the
 maintenance commands and the test helpers all ask. It sits below
 `autoseq_django.fields`: a field is recognised by the `SequenceColumn` base

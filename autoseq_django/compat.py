@@ -23,7 +23,8 @@ from typing import Any
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 
 from autoseq import InvalidSequenceConfig, SequenceConfig, SequenceLock, SequenceNotFound
-from autoseq_django import conf, sequences, testing
+from autoseq_django import conf, testing
+from autoseq_django import registry as sequences
 from autoseq_django.serials import (
     create_row_here,
     gapless_row,

@@ -9,7 +9,7 @@ an in-memory SQLite database gets a shared-cache in-memory store named after
 it, which Django's connections attach (`autoseq_django.sqlite`).
 
 Low in the package: imports only `autoseq_django.conf`, so the registry
-(`autoseq_django.sequences`), the column look-ups (`autoseq_django.columns`)
+(`autoseq_django.registry`), the column look-ups (`autoseq_django.columns`)
 and the SQLite companion (`autoseq_django.sqlite`) all build on it.
 """
 

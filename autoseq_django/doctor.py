@@ -15,7 +15,8 @@ from django.db import DEFAULT_DB_ALIAS, DatabaseError
 
 from autoseq.doctor import WARN_SECONDS, WARN_SHARE, ColumnUse, Report, examine
 from autoseq.errors import StoreUnavailable
-from autoseq_django import columns, sequences
+from autoseq_django import columns
+from autoseq_django import registry as sequences
 from autoseq_django.columns import sequence_fields, sequence_models
 from autoseq_django.databases import url_key
 

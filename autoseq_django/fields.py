@@ -25,7 +25,8 @@ from django.db.models.signals import pre_save
 
 from autoseq import InvalidSequenceConfig, SequenceConfig
 from autoseq.config import MAX_VALUE, SETTING_NAMES, SETTINGS
-from autoseq_django import _compat, catchup, conf, sequences
+from autoseq_django import _compat, catchup, conf
+from autoseq_django import registry as sequences
 from autoseq_django.columns import SequenceColumn
 from autoseq_django.columns import sequence_fields as sequence_fields
 from autoseq_django.columns import sequence_models as sequence_models

@@ -20,7 +20,7 @@ from django.db import router
 from autoseq import SequenceConfig, SequenceNotFound
 from autoseq import maintenance as core
 from autoseq.errors import ValueMovesBackward
-from autoseq_django import sequences
+from autoseq_django import registry as sequences
 from autoseq_django.columns import (
     ColumnMax,
     column_max,

@@ -32,7 +32,8 @@ from autoseq import (
 )
 from autoseq.serial import template_length
 from autoseq.stores import MemoryStore
-from autoseq_django import _compat, columns, conf, sequences
+from autoseq_django import _compat, columns, conf
+from autoseq_django import registry as sequences
 from autoseq_django.catchup import guard_inserts
 from autoseq_django.sqlite import companion_path
 

@@ -18,7 +18,7 @@ from django.db.models.fields import NOT_PROVIDED
 from django.db.models.signals import pre_save
 
 from autoseq.snowflake import Snowflake
-from autoseq_django import sequences
+from autoseq_django import registry as sequences
 
 if TYPE_CHECKING:
     from django.db.backends.base.base import BaseDatabaseWrapper

@@ -29,7 +29,7 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
-from autoseq_django import sequences
+from autoseq_django import registry as sequences
 
 #: The schema name the companion is attached under.
 SCHEMA = "autoseq"

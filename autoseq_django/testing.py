@@ -22,7 +22,8 @@ from typing import Any
 from django.db import router
 
 from autoseq import maintenance as core
-from autoseq_django import _compat, catchup, sequences
+from autoseq_django import _compat, catchup
+from autoseq_django import registry as sequences
 from autoseq_django.columns import columns_of, sequence_fields, sequence_models, users
 from autoseq_django.tables import has_table, table_names
 

@@ -125,7 +125,7 @@ def _close_autoseq_django() -> None:
     # Its stores hold pooled connections to the private databases.
     if has_autoseq_django():
         try:
-            from autoseq_django import sequences
+            from autoseq_django import registry as sequences
 
             sequences.reset()
         except Exception:

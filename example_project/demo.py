@@ -36,7 +36,7 @@ def worker(data_dir: str, orders: int, seed: int, results: Any) -> None:
     setup(data_dir)
     from django.db import connections
 
-    from autoseq_django import sequences
+    from autoseq_django import registry as sequences
     from autoseq_django.snowflake import close_generators
     from example_project.orders.models import Order, Shipment
 

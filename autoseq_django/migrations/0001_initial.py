@@ -30,7 +30,7 @@ def create_table_if_missing(apps: Any, schema_editor: Any) -> None:
         # The store keeps SQLite sequences in <NAME>.autoseq (or private
         # memory) and creates that file in WAL mode, which lets Django's own
         # connection read it without ever blocking a reservation.
-        from autoseq_django import sequences
+        from autoseq_django import registry as sequences
 
         sequences.store(connection.alias).create_table()
 

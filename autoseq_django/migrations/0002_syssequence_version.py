@@ -14,7 +14,7 @@ from django.db import migrations, models
 
 
 def add_version_column(apps: Any, schema_editor: Any) -> None:
-    from autoseq_django import sequences
+    from autoseq_django import registry as sequences
 
     connection = schema_editor.connection
     sequences.store(connection.alias).create_table()

@@ -24,7 +24,7 @@ def make_names_binary(apps: Any, schema_editor: Any) -> None:
         return
     from autoseq.stores.sql import make_names_binary
     from autoseq.stores.sql.workers import worker_table_name
-    from autoseq_django import sequences
+    from autoseq_django import registry as sequences
 
     store = sequences.store(connection.alias)
     store.create_table()  # makes sys_sequence's names binary

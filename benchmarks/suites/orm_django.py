@@ -67,7 +67,7 @@ class Setup:
 
     def reservations(self) -> int:
         try:
-            from autoseq_django import sequences
+            from autoseq_django import registry as sequences
 
             return int(sequences.store(sequences.sequence_database(self.using)).reservations)
         except Exception:

@@ -60,7 +60,7 @@ class Peers:
         from sequences.models import Sequence
 
         from autoseq import Serial
-        from autoseq_django import sequences
+        from autoseq_django import registry as sequences
 
         # django-sequences' table name is fixed; a unique one keeps runs apart.
         django_setup.rename_table(Sequence, "djseq")

@@ -43,6 +43,7 @@ MOVED = {
     "autoseq.serial_sqlalchemy": "autoseq.sqlalchemy",
     "autoseq.alembic": "autoseq.sqlalchemy.alembic",
     "autoseq_django.snowflake_fields": "autoseq_django.snowflake",
+    "autoseq_django.sequences": "autoseq_django.registry",
 }
 
 

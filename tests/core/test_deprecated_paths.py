@@ -27,6 +27,11 @@ import pytest
         ("autoseq_django.snowflake_fields", "SnowflakeAutoField", "autoseq_django.snowflake"),
         ("autoseq_django.snowflake_fields", "close_generators", "autoseq_django.snowflake"),
         ("autoseq_django.snowflake_fields", "generator", "autoseq_django.snowflake"),
+        ("autoseq_django.sequences", "lock", "autoseq_django.registry"),
+        ("autoseq_django.sequences", "registry", "autoseq_django.registry"),
+        ("autoseq_django.sequences", "store", "autoseq_django.registry"),
+        ("autoseq_django.sequences", "sequence_database", "autoseq_django.registry"),
+        ("autoseq_django.sequences", "reset", "autoseq_django.registry"),
     ],
 )
 def test_an_old_path_warns_and_gives_the_same_object(old: str, name: str, new: str) -> None:

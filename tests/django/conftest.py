@@ -79,7 +79,7 @@ def backend(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def fresh_registries() -> Iterator[None]:
     """Drop every cached registry before and after, as a new process would start."""
-    from autoseq_django import sequences
+    from autoseq_django import registry as sequences
 
     sequences.reset()
     yield

@@ -33,7 +33,7 @@ def admin_client_for(backend: str) -> Iterator[Client]:
 
 def form_data(backend: str, name: str, **changes: Any) -> dict[str, Any]:
     """The change form's fields as stored, with ``changes`` applied."""
-    from autoseq_django import sequences
+    from autoseq_django import registry as sequences
 
     row = sequences.store(sequences.sequence_database(backend)).read(name)
     assert row is not None
@@ -128,7 +128,7 @@ def test_batch_count_alone_is_saved_after_current_moved(
     backend: str, admin_client_for: Client
 ) -> None:
     """A form opened before other processes reserved still saves a batch_count change."""
-    from autoseq_django import sequences
+    from autoseq_django import registry as sequences
 
     Order.objects.using(backend).create()
     opened = form_data(backend, "tickets", batch_count=33)
@@ -208,7 +208,7 @@ def test_djangos_own_sequences_are_hidden_by_default(
 ) -> None:
     """django_migrations and auth_permission rows show only under the origin filter."""
     from autoseq import SequenceConfig
-    from autoseq_django import sequences
+    from autoseq_django import registry as sequences
 
     store = sequences.store(sequences.sequence_database(backend))
     for name in ("django_migrations", "auth_permission", "auth_user_groups"):

@@ -11,7 +11,7 @@ from django.db.migrations.executor import MigrationExecutor
 from django.test import override_settings
 from django.test.utils import isolate_apps
 
-from autoseq_django import sequences
+from autoseq_django import registry as sequences
 from autoseq_django.fields import SequenceAutoField
 from django_tests.switch.models import Place, Post, Restaurant, Tag, Widget
 

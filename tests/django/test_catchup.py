@@ -103,7 +103,7 @@ def test_explicit_key_past_end_is_left_alone(backend: str) -> None:
 
 def test_skipping_a_loaded_key_keeps_the_lock_open(backend: str) -> None:
     """A thread holding the sequence's lock keeps taking values after a key lands in its block."""
-    from autoseq_django import sequences
+    from autoseq_django import registry as sequences
 
     first = Order.objects.using(backend).create()
     field = Order._meta.get_field("id")

@@ -213,7 +213,7 @@ def test_a_template_serial_refuses_is_check_error_e016(
 def test_a_refused_serial_field_raises_at_its_first_serial_and_writes_nothing() -> None:
     """A refused field (as an old migration declares it) raises at its first serial, no row made."""
     from autoseq import InvalidSequenceConfig
-    from autoseq_django import sequences
+    from autoseq_django import registry as sequences
     from autoseq_django.fields import SerialField
 
     field = SerialField(

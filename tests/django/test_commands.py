@@ -123,7 +123,7 @@ def test_a_lost_row_is_recreated_past_the_keys_in_the_table(
     """A sys_sequence row that went missing comes back past max(id), not at start."""
     from django.db.models import Max
 
-    from autoseq_django import sequences
+    from autoseq_django import registry as sequences
     from django_tests.testapp.models import Invoice
 
     base = (Invoice.objects.using(backend).aggregate(top=Max("id"))["top"] or 0) + 5000

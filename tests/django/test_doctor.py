@@ -11,7 +11,8 @@ from django.core.management import call_command
 from django.core.management.base import CommandError, SystemCheckError
 
 from autoseq import maintenance as core
-from autoseq_django import doctor, sequences
+from autoseq_django import doctor
+from autoseq_django import registry as sequences
 from django_tests.testapp.models import Invoice
 
 

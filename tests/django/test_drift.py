@@ -15,7 +15,8 @@ from django.test.utils import isolate_apps
 
 from autoseq import SequenceConfig
 from autoseq_django import checks as autoseq_checks
-from autoseq_django import maintenance, sequences
+from autoseq_django import maintenance
+from autoseq_django import registry as sequences
 from autoseq_django.fields import SequenceField
 from django_tests.testapp.models import Order
 

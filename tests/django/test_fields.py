@@ -142,7 +142,7 @@ def test_loaddata_keeps_fixture_keys(backend: str, tmp_path: Path) -> None:
 
 def test_sequences_live_in_the_database_written_to(backend: str) -> None:
     """Rows written with using= draw from that database's sys_sequence."""
-    from autoseq_django import sequences
+    from autoseq_django import registry as sequences
 
     Invoice.objects.using(backend).create(amount=1)
     # Earlier bulks may have left a buffer larger than 30 values: drop it,
@@ -157,7 +157,7 @@ def test_sequences_live_in_the_database_written_to(backend: str) -> None:
 
 def test_many_small_blocks_in_one_reservation(backend: str, reservations: Reservations) -> None:
     """A bulk needing 15 blocks of 7 takes them in one reservation."""
-    from autoseq_django import sequences
+    from autoseq_django import registry as sequences
 
     # What earlier tests left in hand may cover the bulk: drop it, so the
     # bulk must reserve.

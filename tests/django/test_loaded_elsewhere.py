@@ -20,7 +20,7 @@ import pytest
 from django.core.management import call_command
 from django.db import IntegrityError, connections
 
-from autoseq_django import sequences
+from autoseq_django import registry as sequences
 from django_tests.testapp.models import Order
 
 pytestmark = pytest.mark.autoseq_transaction

@@ -7,7 +7,8 @@ from django.db import transaction
 from django.test import override_settings
 
 from autoseq import MAX_VALUE, SequenceExhausted
-from autoseq_django import maintenance, sequences
+from autoseq_django import maintenance
+from autoseq_django import registry as sequences
 from django_tests.routers import SequencesWhereTold
 from django_tests.testapp.models import Invoice
 

@@ -8,7 +8,7 @@ import pytest
 
 from autoseq import SequenceConfig
 from autoseq.stores import SQLStore
-from autoseq_django import sequences
+from autoseq_django import registry as sequences
 
 
 def hammer(store: SQLStore) -> tuple[list[str], list[int]]:

@@ -23,7 +23,7 @@ def test_the_metrics_url_counts_the_values_inserts_used(backend: str) -> None:
     """autoseq/metrics serves the app's metrics; served values grow by the rows inserted."""
     client = Client()
     Invoice.objects.using(backend).create()  # the sequence has a lock from here on
-    from autoseq_django import sequences
+    from autoseq_django import registry as sequences
 
     store = sequences.store(sequences.sequence_database(backend))
     where = store.url.render_as_string(hide_password=True)

@@ -7,7 +7,7 @@ from django.core.management import call_command
 from django.db import connections
 from django.db.migrations.executor import MigrationExecutor
 
-from autoseq_django import sequences
+from autoseq_django import registry as sequences
 from django_tests.legacy.models import Ticket
 
 

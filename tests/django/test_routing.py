@@ -6,7 +6,7 @@ import pytest
 from django.conf import settings
 from django.test import override_settings
 
-from autoseq_django import sequences
+from autoseq_django import registry as sequences
 from autoseq_django.routers import SequenceRouter
 from django_tests.testapp.models import Invoice
 

@@ -143,7 +143,7 @@ def test_gapless_sequence_field_outside_atomic_is_refused(backend: str) -> None:
 def test_gapless_key_row_created_for_a_table_with_rows_starts_past_them(backend: str) -> None:
     """With no row yet, a gapless key starts past the largest key stored."""
     from autoseq.stores.sql import gapless
-    from autoseq_django import sequences
+    from autoseq_django import registry as sequences
 
     store = sequences.store(sequences.sequence_database(backend))
     name = Voucher._meta.get_field("id").sequence_name

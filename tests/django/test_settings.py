@@ -15,7 +15,7 @@ from django.db import transaction
 from django.test import override_settings
 
 from autoseq import BufferPolicy, SequenceNotFound
-from autoseq_django import sequences
+from autoseq_django import registry as sequences
 from django_tests.testapp.models import Parcel
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,7 +72,7 @@ STARTUP = textwrap.dedent(
     at_setup = list(opened)
     from django.core.signals import request_started
     request_started.send(sender=None)
-    from autoseq_django import sequences
+    from autoseq_django import registry as sequences
     rows = [row.name for row in sequences.store("default").read_all()]
     print(json.dumps({"at_setup": at_setup, "after_request": opened, "rows": rows}))
     """

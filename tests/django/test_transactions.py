@@ -7,7 +7,7 @@ from django.core.management import call_command
 from django.db import IntegrityError, transaction
 from django.test import TestCase, TransactionTestCase
 
-from autoseq_django import sequences
+from autoseq_django import registry as sequences
 from django_tests.testapp.models import Invoice, Order
 
 

@@ -19,7 +19,8 @@ from django.db import DEFAULT_DB_ALIAS
 from autoseq import AutoseqError
 from autoseq.cli import COMMANDS, add_change_options, add_setting_arguments, given_settings
 from autoseq.config import CHANGEABLE_SETTINGS
-from autoseq_django import columns, conf, doctor, maintenance, sequences
+from autoseq_django import columns, conf, doctor, maintenance
+from autoseq_django import registry as sequences
 
 _HELP_DATABASE = (
     "the database whose rows the sequences serve (default: default); its sequences live "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from autoseq_django import sequences
+from autoseq_django import registry as sequences
 
 BACKENDS = ("sqlite", "postgres", "mysql")
 #: Django aliases opening the file that holds a backend's sequences.
