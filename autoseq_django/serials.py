@@ -38,10 +38,7 @@ from autoseq_django.catchup import guard_inserts
 from autoseq_django.sqlite import companion_path
 
 if TYPE_CHECKING:
-    import sqlalchemy as sa
     from django.db.backends.base.base import BaseDatabaseWrapper
-
-    from autoseq.stores.sql.gapless import Run
 
     _CharField = models.CharField[str | None, str]
 else:
@@ -225,7 +222,9 @@ class SerialField(_CharField):
 # gapless on Django's connection ----------------------------------------------------
 
 
-#: The vendors whose connections run gapless takes (autoseq.gapless's statements).
+#: The vendors whose connections run gapless takes: the SQL store's ``GAPLESS_DIALECTS``
+#: (`autoseq.stores.sql.gapless`), written here as Django's checks run before
+#: anything imports SQLAlchemy; a test holds them equal.
 GAPLESS_VENDORS = ("postgresql", "mysql", "sqlite")
 
 
@@ -390,12 +389,13 @@ class _Plan:
         self.generation = generation
         self.store = store
         self.dialect = dialect
-        self.table = _table(store, dialect)
+        gapless = _gapless()
+        self.table = gapless.gapless_table(store, dialect)
         self.single: str | None = None
         self.returning = False
         if dialect != "sqlite":
-            statement, self.returning = _gapless().single_statement(self.table, dialect)
-            self.single = _prepared(statement, dialect).sql
+            statement, self.returning = gapless.single_statement(self.table, dialect)
+            self.single = gapless.cursor_statement(statement, dialect).sql
         #: psycopg 3: "BEGIN; <single>" with the name written in, per name (see _begin_and_take).
         self.joins_begin = dialect == "postgresql" and _psycopg3()
         self.joined: dict[str, bytes] = {}
@@ -455,7 +455,7 @@ def take_gapless_values(
         def floor() -> int | None:
             return columns.columns_floor(config.name, alias)
 
-    run = _runner(connection, plan.dialect)
+    run = _gapless().cursor_run(connection.cursor, plan.dialect)
     values: list[int] = _gapless().take_with(
         run, plan.dialect, plan.store, plan.table, config, count, floor
     )
@@ -469,11 +469,11 @@ def _take_single(connection: BaseDatabaseWrapper, plan: _Plan, name: str) -> int
         cursor.execute(plan.single, (name,))
         if plan.returning:
             row = cursor.fetchone()
-            return None if row is None else int(row[0]) - 1
-        if cursor.rowcount != 1:
-            return None
-        last = cursor.lastrowid
-        return int(last) - 1 if last else None
+            returned = None if row is None else row[0]
+            taken: int | None = _gapless().single_value(True, returned, 1, None)
+        else:
+            taken = _gapless().single_value(False, None, cursor.rowcount, cursor.lastrowid)
+        return taken
 
 
 def _psycopg3() -> bool:
@@ -534,9 +534,9 @@ def _begin_and_take(connection: BaseDatabaseWrapper, plan: _Plan, name: str) -> 
         result = pgconn.exec_(query)
         if result.status != plan.tuples_ok:
             raise _error(result, raw.info.encoding)
-    if not result.ntuples:
-        return None
-    return int(result.get_value(0, 0)) - 1
+    returned = result.get_value(0, 0) if result.ntuples else None
+    taken: int | None = _gapless().single_value(True, returned, 1, None)
+    return taken
 
 
 def _error(result: Any, encoding: str) -> Exception:
@@ -591,113 +591,7 @@ def _gapless() -> Any:
     return _module[0]
 
 
-def _table(store: Any, dialect: str) -> sa.Table:
-    from autoseq.stores.sql.gapless import sqlite_table
-
-    if dialect != "sqlite":
-        table: sa.Table = store.table
-        return table
-    return sqlite_table(store)
-
-
-_dialects: dict[str, Any] = {}
-
-
-class _Prepared:
-    """A statement compiled once for Django's cursor: its SQL and how to order its values."""
-
-    __slots__ = ("defaults", "order", "processors", "sql", "statement")
-
-    def __init__(self, statement: Any, dialect: Any) -> None:
-        compiled = statement.compile(dialect=dialect)
-        self.statement = statement
-        self.sql = str(compiled)
-        self.order: tuple[str, ...] = tuple(getattr(compiled, "positiontup", None) or ())
-        binds = getattr(compiled, "binds", {})  # DDL has none
-        # Literals inside the statement (sa.literal, false()) carry their own values.
-        self.defaults = {key: binds[key].value for key in self.order if key in binds}
-        processors = getattr(compiled, "_bind_processors", {})
-        self.processors = [processors.get(key) for key in self.order]
-
-    def args(self, params: Mapping[str, Any] | None) -> list[Any]:
-        values = {**self.defaults, **params} if params else self.defaults
-        out = []
-        for key, processor in zip(self.order, self.processors, strict=True):
-            value = values[key]
-            out.append(processor(value) if processor is not None and value is not None else value)
-        return out
-
-
-#: Prepared statements by (id, dialect), holding the statement so its id stays its own.
-_compiled: dict[tuple[int, str], _Prepared] = {}
-
-
-def _prepared(statement: Any, dialect_name: str) -> _Prepared:
-    """``statement`` compiled for Django's cursors on ``dialect_name`` (kept, if built once)."""
-    prepared = _compiled.get((id(statement), dialect_name))
-    if prepared is None or prepared.statement is not statement:
-        dialect = _dialects.get(dialect_name)
-        if dialect is None:
-            from sqlalchemy.dialects import mysql, postgresql, sqlite
-
-            module = {"postgresql": postgresql, "mysql": mysql, "sqlite": sqlite}[dialect_name]
-            dialect = _dialects[dialect_name] = module.dialect(paramstyle="format")
-        prepared = _Prepared(statement, dialect)
-        if len(_compiled) < 1000:  # statements built per call are not worth keeping
-            _compiled[id(statement), dialect_name] = prepared
-    return prepared
-
-
-def _runner(connection: BaseDatabaseWrapper, dialect_name: str) -> Run:
-    """Run SQLAlchemy Core statements on Django's cursor, in Django's transaction."""
-    on_mysql = dialect_name == "mysql"
-
-    def run(statement: Any, params: Mapping[str, Any] | None) -> tuple[list[Any], int, int | None]:
-        prepared = _prepared(statement, dialect_name)
-        with connection.cursor() as cursor:
-            cursor.execute(prepared.sql, prepared.args(params))
-            description = cursor.description
-            rows: list[Mapping[str, Any]] = []
-            if description:
-                names = [column[0] for column in description]
-                rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
-            return rows, cursor.rowcount, cursor.lastrowid if on_mysql else None
-
-    return run
-
-
 # django-sequences' reads and writes, in the caller's transaction -------------------
-
-_row_statements: dict[tuple[sa.Table, bool], tuple[Any, Any, Any]] = {}
-
-
-def _row_statements_of(table: sa.Table, nowait: bool) -> tuple[Any, Any, Any]:
-    """``SELECT`` (``FOR UPDATE NOWAIT`` with ``nowait``), ``DELETE`` and re-create of a row.
-
-    The re-create rewrites a row nothing was taken from (version 0, current
-    at start), compared and set on both.
-    """
-    import sqlalchemy as sa
-
-    found = _row_statements.get((table, nowait))
-    if found is None:
-        t = table
-        where = t.c.name == sa.bindparam("seq_name")
-        select = sa.select(t).where(where)
-        if nowait:
-            select = select.with_for_update(nowait=True)
-        recreate = (
-            sa.update(t)
-            .where(where, t.c.version == 0, t.c.current == t.c.start)
-            .values(
-                start=sa.bindparam("new_start", type_=sa.BigInteger),
-                current=sa.bindparam("new_start", type_=sa.BigInteger),
-                end=sa.bindparam("new_end", type_=sa.BigInteger),
-                cycle=sa.bindparam("new_cycle", type_=sa.Boolean),
-            )
-        )
-        found = _row_statements[t, nowait] = (select, sa.delete(t).where(where), recreate)
-    return found
 
 
 def gapless_row(
@@ -714,18 +608,19 @@ def gapless_row(
 
     plan = _row_plan(name, connection)
     lock = nowait and connection.features.has_select_for_update_nowait
-    select, remove, _recreate = _row_statements_of(_table(plan.store, plan.dialect), lock)
-    run = _runner(connection, plan.dialect)
+    gapless = _gapless()
+    run = gapless.cursor_run(connection.cursor, plan.dialect)
     try:
-        rows, _, _ = run(select, {"seq_name": name})
-        if delete and rows:
-            run(remove, {"seq_name": name})
-            _gapless().forget_row(plan.store, name)
+        row: Mapping[str, Any] | None = gapless.read_row(
+            run, plan.table, name, nowait=lock, delete=delete
+        )
     except DatabaseError as exc:
-        if plan.dialect == "sqlite" and "no such table" in str(exc).lower():
+        if plan.dialect == "sqlite" and gapless.sqlite_table_missing(exc):
             return None  # no gapless take made the table yet
         raise
-    return rows[0] if rows else None
+    if delete and row is not None:
+        gapless.forget_row(plan.store, name)
+    return row
 
 
 def restart_untouched_row(config: SequenceConfig, connection: BaseDatabaseWrapper) -> bool:
@@ -740,20 +635,15 @@ def restart_untouched_row(config: SequenceConfig, connection: BaseDatabaseWrappe
     from django.db import DatabaseError
 
     plan = _row_plan(config.name, connection)
-    _select, _remove, recreate = _row_statements_of(_table(plan.store, plan.dialect), False)
-    params = {
-        "seq_name": config.name,
-        "new_start": config.start,
-        "new_end": config.end,
-        "new_cycle": config.cycle,
-    }
+    gapless = _gapless()
+    run = gapless.cursor_run(connection.cursor, plan.dialect)
     try:
-        _rows, updated, _ = _runner(connection, plan.dialect)(recreate, params)
+        restarted: bool = gapless.restart_untouched_row(run, plan.table, config)
     except DatabaseError as exc:
-        if plan.dialect == "sqlite" and "no such table" in str(exc).lower():
+        if plan.dialect == "sqlite" and gapless.sqlite_table_missing(exc):
             return False
         raise
-    return updated == 1
+    return restarted
 
 
 def watch_transaction(connection: BaseDatabaseWrapper) -> _Taken:
@@ -769,14 +659,9 @@ def create_row_here(config: SequenceConfig, connection: BaseDatabaseWrapper) -> 
     Rows are otherwise created outside the caller's transaction, which
     cannot see a row this transaction deleted until it commits.
     """
-    import sqlalchemy as sa
-
-    from autoseq.config import utc_now
-
     plan = _row_plan(config.name, connection)
-    table = _table(plan.store, plan.dialect)
-    values = config.as_row() | {"updated_at": utc_now(), "version": 0}
-    _runner(connection, plan.dialect)(sa.insert(table).values(values), None)
+    gapless = _gapless()
+    gapless.create_row(gapless.cursor_run(connection.cursor, plan.dialect), plan.table, config)
 
 
 def _row_plan(name: str, connection: BaseDatabaseWrapper) -> _Plan:

@@ -173,6 +173,14 @@ def test_a_gapless_sequence_field_declares_it_on_its_config() -> None:
         SequenceField(gapless="yes")
 
 
+def test_the_gapless_vendors_are_the_sql_stores_gapless_dialects() -> None:
+    """The system checks' list of gapless databases is the SQL store's, whose statements run."""
+    from autoseq.stores.sql.gapless import GAPLESS_DIALECTS
+    from autoseq_django.serials import GAPLESS_VENDORS
+
+    assert GAPLESS_VENDORS == GAPLESS_DIALECTS
+
+
 @pytest.mark.django_db(databases=["sqlite", "sqlite_seq"])
 def test_gapless_on_sqlite_with_sequences_in_the_companion_alias() -> None:
     """AUTOSEQ DATABASE naming the SQLite file's companion (as the example project does):

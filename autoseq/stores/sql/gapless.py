@@ -22,7 +22,7 @@ import os
 import sys
 import weakref
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -43,8 +43,10 @@ from autoseq.stores.capabilities import GaplessNumbering
 if TYPE_CHECKING:
     from autoseq.stores.sql import SQLStore
 
+#: The dialects (SQLAlchemy's names, Django's vendors) whose connections run gapless takes.
+GAPLESS_DIALECTS = ("postgresql", "mysql", "sqlite")
+
 _statements: dict[tuple[sa.Table, str], tuple[Any, bool]] = {}
-_locked: dict[sa.Table, tuple[Any, Any]] = {}
 _created: weakref.WeakKeyDictionary[SQLStore, set[str]] = weakref.WeakKeyDictionary()
 _ddl: dict[sa.Table, Any] = {}
 
@@ -124,9 +126,13 @@ def _sqlite_ready(run: Run, table: sa.Table) -> None:
     run(statement, None)
 
 
+def sqlite_table_missing(exc: BaseException) -> bool:
+    """Whether ``exc`` says SQLite's gapless table is not there (no take has made it yet)."""
+    return "no such table" in str(exc).lower()
+
+
 def _missing_in_sqlite(exc: BaseException) -> bool:
-    text = str(exc).lower()
-    return "no such table" in text or "no such column" in text
+    return sqlite_table_missing(exc) or "no such column" in str(exc).lower()
 
 
 #: Runs one statement in the caller's transaction: ``(rows as mappings, rowcount,
@@ -378,6 +384,20 @@ def single_statement(table: sa.Table, dialect: str) -> tuple[Any, bool]:
     return found
 
 
+def single_value(returning: bool, returned: Any, updated: int, last: Any) -> int | None:
+    """The value [`single_statement`][autoseq.stores.sql.gapless.single_statement] took; None
+    when it matched no row.
+
+    ``returned`` is the first column of its row (None when no row came back),
+    read where the statement returns its row; elsewhere ``updated`` (the
+    row count) and ``last`` (the cursor's ``lastrowid``) tell. The value is
+    one less than the new ``current``.
+    """
+    if returning:
+        return None if returned is None else int(returned) - 1
+    return int(last) - 1 if updated == 1 and last else None
+
+
 def forget_row(store: SQLStore, name: str) -> None:
     """Forget row ``name`` of ``store`` (it was deleted): the next take creates it again."""
     _created.get(store, set()).discard(name)
@@ -409,11 +429,10 @@ def _update_returning(
         if dialect == "sqlite":
             params["now"] = utc_now()
         rows, updated, last = run(update, params)
-        if returning:
-            return [int(rows[0]["current"]) - 1] if rows else None
-        if dialect == "sqlite":  # pragma: no cover - SQLite before 3.35
+        if not returning and dialect == "sqlite":  # pragma: no cover - SQLite before 3.35
             return None
-        return [int(last) - 1] if updated == 1 and last else None
+        value = single_value(returning, rows[0]["current"] if rows else None, updated, last)
+        return None if value is None else [value]
     update, returning = _guarded_statements(table, dialect)
     params = {"seq_name": config.name, "count": count, "span": count - 1}
     if dialect == "sqlite":
@@ -432,30 +451,112 @@ def _update_returning(
     return list(range(after - count * step, after, step))
 
 
-def _locked_statements(table: sa.Table) -> tuple[Any, Any]:
-    """``SELECT ... FOR UPDATE`` and the versioned ``UPDATE``, built once per table.
+class RowStatements(NamedTuple):
+    """The statements on one gapless row, each naming it by the parameter ``seq_name``.
 
-    Built with bound parameters so each is compiled once (SQLAlchemy's cache,
-    or the Django runner's) however many values are taken.
+    Built once per table with bound parameters, so each is compiled once
+    (SQLAlchemy's cache, or [`cursor_statement`][autoseq.stores.sql.gapless.cursor_statement]'s)
+    however many values are taken. Shared by the takes here and by
+    ``autoseq_django``'s django-sequences calls, which run them on Django's cursor.
     """
-    found = _locked.get(table)
+
+    #: The row as the caller's transaction sees it.
+    select: Any
+    #: ``SELECT ... FOR UPDATE``: the row, locked until the caller's transaction ends.
+    lock: Any
+    #: ``SELECT ... FOR UPDATE NOWAIT``: a row another transaction holds raises at once.
+    lock_nowait: Any
+    #: ``current`` written by version: ``seen_version``, ``new_current``, ``now``.
+    update: Any
+    #: An untouched row (version 0, current at start) given ``new_start``, ``new_end``,
+    #: ``new_cycle``, compared and set on both.
+    restart: Any
+    #: The row removed.
+    delete: Any
+
+
+_rows: dict[sa.Table, RowStatements] = {}
+
+
+def row_statements(table: sa.Table) -> RowStatements:
+    """The [`RowStatements`][autoseq.stores.sql.gapless.RowStatements] of ``table``, built once."""
+    found = _rows.get(table)
     if found is None:
         t = table
-        select = sa.select(t).where(t.c.name == sa.bindparam("seq_name")).with_for_update()
+        where = t.c.name == sa.bindparam("seq_name")
+        select = sa.select(t).where(where)
         update = (
             sa.update(t)
-            .where(
-                t.c.name == sa.bindparam("seq_name"),
-                t.c.version == sa.bindparam("seen_version", type_=sa.BigInteger),
-            )
+            .where(where, t.c.version == sa.bindparam("seen_version", type_=sa.BigInteger))
             .values(
                 current=sa.bindparam("new_current", type_=sa.BigInteger),
                 updated_at=sa.bindparam("now", type_=t.c.updated_at.type),
                 version=t.c.version + 1,
             )
         )
-        found = _locked[table] = (select, update)
+        restart = (
+            sa.update(t)
+            .where(where, t.c.version == 0, t.c.current == t.c.start)
+            .values(
+                start=sa.bindparam("new_start", type_=sa.BigInteger),
+                current=sa.bindparam("new_start", type_=sa.BigInteger),
+                end=sa.bindparam("new_end", type_=sa.BigInteger),
+                cycle=sa.bindparam("new_cycle", type_=sa.Boolean),
+            )
+        )
+        found = _rows[t] = RowStatements(
+            select=select,
+            lock=select.with_for_update(),
+            lock_nowait=select.with_for_update(nowait=True),
+            update=update,
+            restart=restart,
+            delete=sa.delete(t).where(where),
+        )
     return found
+
+
+def read_row(
+    run: Run, table: sa.Table, name: str, *, nowait: bool = False, delete: bool = False
+) -> Mapping[str, Any] | None:
+    """Row ``name`` of ``table`` as the caller's transaction sees it; None when missing.
+
+    ``nowait`` locks it ``FOR UPDATE NOWAIT`` (only where the database has
+    it); ``delete`` removes it, returning the removed row. A caller that
+    deleted a row of a store tells it with
+    [`forget_row`][autoseq.stores.sql.gapless.forget_row].
+    """
+    statements = row_statements(table)
+    key = {"seq_name": name}
+    rows, _count, _last = run(statements.lock_nowait if nowait else statements.select, key)
+    if delete and rows:
+        run(statements.delete, key)
+    return rows[0] if rows else None
+
+
+def restart_untouched_row(run: Run, table: sa.Table, config: SequenceConfig) -> bool:
+    """Give row ``config.name`` ``config``'s start, end and cycle if nothing was ever taken
+    from it (version 0, current at start); True when it was rewritten."""
+    params = {
+        "seq_name": config.name,
+        "new_start": config.start,
+        "new_end": config.end,
+        "new_cycle": config.cycle,
+    }
+    _rows, updated, _last = run(row_statements(table).restart, params)
+    return updated == 1
+
+
+def create_row(
+    run: Run, table: sa.Table, config: SequenceConfig, *, or_ignore: bool = False
+) -> None:
+    """Insert row ``config`` (version 0) in the caller's transaction.
+
+    ``or_ignore`` (SQLite) leaves a row already there as it is.
+    """
+    insert = sa.insert(table)
+    if or_ignore:
+        insert = insert.prefix_with("OR IGNORE")
+    run(insert.values(config.as_row() | {"updated_at": utc_now(), "version": 0}), None)
 
 
 def _update_locked(
@@ -467,9 +568,9 @@ def _update_locked(
     floor: Callable[[], int | None] | None = None,
     seed: Callable[[], SequenceConfig | None] | None = None,
 ) -> list[int] | None:
-    select, update = _locked_statements(table)
+    statements = row_statements(table)
     name = {"seq_name": config.name}
-    rows, _count, _last = run(select, name)
+    rows, _count, _last = run(statements.lock, name)
     if not rows:
         if not sqlite:
             raise SequenceNotFound(
@@ -477,9 +578,8 @@ def _update_locked(
             )
         base = (seed() if seed is not None else None) or config
         opening = opening_row(base, floor()) if floor is not None else base
-        values = opening.as_row() | {"updated_at": utc_now(), "version": 0}
-        run(sa.insert(table).prefix_with("OR IGNORE").values(values), None)
-        rows, _count, _last = run(select, name)
+        create_row(run, table, opening, or_ignore=True)
+        rows, _count, _last = run(statements.lock, name)
         if not rows:  # pragma: no cover - the insert above is in this transaction
             raise SequenceNotFound(config.name, "it was deleted while being created")
     row = rows[0]
@@ -487,10 +587,87 @@ def _update_locked(
     if block.count < count:
         raise SequenceExhausted(config.name, block.last + block.step, block.row.end)
     params = name | {"seen_version": row["version"], "new_current": new_current, "now": utc_now()}
-    _rows, updated, _last = run(update, params)
+    _rows, updated, _last = run(statements.update, params)
     if updated != 1:
         return None
     return list(block.values())
+
+
+# Running the statements on a DB-API cursor ----------------------------------------
+# For a caller whose transaction is on a connection SQLAlchemy does not own
+# (``autoseq_django``: Django's cursor), so the statements above run there as
+# they are, compiled once per dialect.
+
+_dialects: dict[str, sa.engine.Dialect] = {}
+
+
+class CursorStatement:
+    """A statement compiled for a DB-API cursor (``format`` paramstyle) and how to order its
+    values."""
+
+    __slots__ = ("defaults", "order", "processors", "sql", "statement")
+
+    def __init__(self, statement: Any, dialect: sa.engine.Dialect) -> None:
+        compiled = statement.compile(dialect=dialect)
+        self.statement = statement
+        self.sql = str(compiled)
+        self.order: tuple[str, ...] = tuple(getattr(compiled, "positiontup", None) or ())
+        binds = getattr(compiled, "binds", {})  # DDL has none
+        # Literals inside the statement (sa.literal, false()) carry their own values.
+        self.defaults = {key: binds[key].value for key in self.order if key in binds}
+        processors = getattr(compiled, "_bind_processors", {})
+        self.processors = [processors.get(key) for key in self.order]
+
+    def args(self, params: Mapping[str, Any] | None) -> list[Any]:
+        """The values to pass the cursor with ``sql``, from the statement's named parameters."""
+        values = {**self.defaults, **params} if params else self.defaults
+        out = []
+        for key, processor in zip(self.order, self.processors, strict=True):
+            value = values[key]
+            out.append(processor(value) if processor is not None and value is not None else value)
+        return out
+
+
+#: By (id, dialect), holding the statement so its id stays its own.
+_compiled: dict[tuple[int, str], CursorStatement] = {}
+
+
+def cursor_statement(statement: Any, dialect: str) -> CursorStatement:
+    """``statement`` compiled for a DB-API cursor of ``dialect`` (one of ``GAPLESS_DIALECTS``).
+
+    Kept once built, so a statement built once per table is compiled once.
+    """
+    prepared = _compiled.get((id(statement), dialect))
+    if prepared is None or prepared.statement is not statement:
+        compiler = _dialects.get(dialect)
+        if compiler is None:
+            from sqlalchemy.dialects import mysql, postgresql, sqlite
+
+            module = {"postgresql": postgresql, "mysql": mysql, "sqlite": sqlite}[dialect]
+            compiler = _dialects[dialect] = module.dialect(paramstyle="format")
+        prepared = CursorStatement(statement, compiler)
+        if len(_compiled) < 1000:  # statements built per call are not worth keeping
+            _compiled[id(statement), dialect] = prepared
+    return prepared
+
+
+def cursor_run(cursor: Callable[[], Any], dialect: str) -> Run:
+    """A [`Run`][autoseq.stores.sql.gapless.Run] executing on ``cursor()`` (a DB-API cursor
+    that is its own context manager, as Django's are), in that connection's transaction."""
+    on_mysql = dialect == "mysql"
+
+    def run(statement: Any, params: Mapping[str, Any] | None) -> tuple[list[Any], int, int | None]:
+        prepared = cursor_statement(statement, dialect)
+        with cursor() as opened:
+            opened.execute(prepared.sql, prepared.args(params))
+            description = opened.description
+            rows: list[Mapping[str, Any]] = []
+            if description:
+                names = [column[0] for column in description]
+                rows = [dict(zip(names, row, strict=True)) for row in opened.fetchall()]
+            return rows, opened.rowcount, opened.lastrowid if on_mysql else None
+
+    return run
 
 
 def lock_order(names: Iterable[str]) -> list[str]:
@@ -503,12 +680,24 @@ def lock_order(names: Iterable[str]) -> list[str]:
 
 
 __all__ = [
+    "GAPLESS_DIALECTS",
+    "CursorStatement",
+    "RowStatements",
     "check_store",
     "connection_of",
+    "create_row",
+    "cursor_run",
+    "cursor_statement",
+    "forget_row",
     "gapless_table",
     "lock_order",
+    "read_row",
+    "restart_untouched_row",
     "row_known",
+    "row_statements",
     "single_statement",
+    "single_value",
+    "sqlite_table_missing",
     "take",
     "take_with",
 ]
