@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import random
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -81,6 +83,59 @@ def test_a_rollback_gives_the_number_back(store: SQLStore, engine: sa.Engine) ->
             sa.select(table.c.current).where(table.c.name == "inv")
         ).scalar()
     assert current == 5
+
+
+class _FormatCursor(contextlib.closing[Any]):
+    """A DB-API cursor taking ``%s`` parameters everywhere, as Django's cursors do (sqlite3
+    takes ``?``: converted as Django's SQLite cursor converts them)."""
+
+    def __init__(self, cursor: Any, dialect: str) -> None:
+        super().__init__(cursor)
+        self.cursor, self.dialect = cursor, dialect
+
+    def __enter__(self) -> Any:
+        return self
+
+    def execute(self, sql: str, args: Any) -> Any:
+        if self.dialect == "sqlite":
+            sql = re.sub(r"(?<!%)%s", "?", sql).replace("%%", "%")
+        return self.cursor.execute(sql, args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.cursor, name)
+
+
+def test_a_dbapi_cursor_runs_the_same_take_in_its_own_transaction(
+    store: SQLStore, engine: sa.Engine
+) -> None:
+    """The store's statements on a bare DB-API cursor (``cursor_run``, as autoseq_django runs
+    them on Django's): values in that connection's transaction, a rollback gives them back,
+    and the row's reads, restart and delete are the same statements."""
+    dialect = "mysql" if engine.dialect.name == "mariadb" else engine.dialect.name
+    raw = engine.raw_connection()
+    try:
+        run = gapless.cursor_run(lambda: _FormatCursor(raw.cursor(), dialect), dialect)
+        table = gapless.gapless_table(store, dialect)
+        config = SequenceConfig("dbapi")
+        assert gapless.take_with(run, dialect, store, table, config, 1) == [1]
+        assert gapless.take_with(run, dialect, store, table, config, 3) == [2, 3, 4]
+        raw.rollback()
+        assert gapless.take_with(run, dialect, store, table, config, 1) == [1]
+        raw.commit()
+        row = gapless.read_row(run, table, "dbapi")
+        assert row is not None
+        assert row["current"] == 2
+        assert not gapless.restart_untouched_row(run, table, SequenceConfig("dbapi", start=50))
+        assert gapless.read_row(run, table, "dbapi", delete=True) is not None
+        gapless.create_row(run, table, SequenceConfig("dbapi", start=50))
+        assert gapless.restart_untouched_row(run, table, SequenceConfig("dbapi", start=70))
+        raw.commit()
+        row = gapless.read_row(run, table, "dbapi")
+        assert row is not None
+        assert (row["start"], row["current"]) == (70, 70)
+        raw.commit()
+    finally:
+        raw.close()
 
 
 def test_a_session_is_the_transaction(store: SQLStore, engine: sa.Engine) -> None:

@@ -652,8 +652,13 @@ def cursor_statement(statement: Any, dialect: str) -> CursorStatement:
 
 
 def cursor_run(cursor: Callable[[], Any], dialect: str) -> Run:
-    """A [`Run`][autoseq.stores.sql.gapless.Run] executing on ``cursor()`` (a DB-API cursor
-    that is its own context manager, as Django's are), in that connection's transaction."""
+    """A [`Run`][autoseq.stores.sql.gapless.Run] executing on ``cursor()``, in that
+    connection's transaction.
+
+    ``cursor()`` opens a DB-API cursor that is its own context manager and takes
+    ``%s`` parameters (the ``format`` paramstyle) on every database, as Django's
+    cursors do; the lastrowid is read on MariaDB/MySQL only.
+    """
     on_mysql = dialect == "mysql"
 
     def run(statement: Any, params: Mapping[str, Any] | None) -> tuple[list[Any], int, int | None]:
