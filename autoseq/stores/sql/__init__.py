@@ -829,10 +829,8 @@ class SQLStore:
                 operation="reserve",
                 reason="not replicated",
             )
-        failover = self.replication is not None and self.replication.failed_over()
-        for block in got:
-            marked = dataclasses.replace(block, failover=True) if failover else block
-            out[index[block.name]] = marked
+        for block in self._marked(got):
+            out[index[block.name]] = block
         self.reservations += len(got)
         return out
 
@@ -924,9 +922,15 @@ class SQLStore:
                 operation="reserve",
                 reason="not replicated",
             )
-        if self.replication is not None and self.replication.failed_over():
-            return dataclasses.replace(block, failover=True)
-        return block
+        [marked] = self._marked([block])
+        return marked
+
+    def _marked(self, blocks: list[Block]) -> list[Block]:
+        """``blocks``, each marked ``failover`` when the primary changed since the last ask."""
+        # Asked once a reservation, whatever it returned: the answer resets.
+        if self.replication is None or not self.replication.failed_over():
+            return blocks
+        return [dataclasses.replace(block, failover=True) for block in blocks]
 
     def _reserve_in_one_statement(self, name: str, count: int) -> Block | None:
         """The common case in one round trip: ``UPDATE ... RETURNING``, autocommitted.
