@@ -76,17 +76,21 @@ class SequenceSpec:
         """The name of the sequence this column's values come from."""
         if self.sequence is not None:
             return self.sequence
-        table = getattr(column, "table", None)
-        if table is None:
-            raise InvalidSequenceConfig(
-                f"column {column.key!r} is not attached to a table, so its sequence "
-                "cannot default to the table name; pass sequence='name'"
-            )
-        return str(table.name)
+        return _table_name(column, "its sequence cannot default to the table name")
 
     def config_for(self, column: Column[Any]) -> SequenceConfig:
         """The ``sys_sequence`` row this column's values come from."""
         return _spec_config(self, self.name_for(column))
+
+
+def _table_name(column: Column[Any], unnamed: str) -> str:
+    """The name of ``column``'s table; ``unnamed`` says what fails when it has none."""
+    table = getattr(column, "table", None)
+    if table is None:
+        raise InvalidSequenceConfig(
+            f"column {column.key!r} is not attached to a table, so {unnamed}; pass sequence='name'"
+        )
+    return str(table.name)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -148,13 +152,8 @@ class SerialSpec:
         """The serial's name: ``sequence``, else ``<table>.<column>``."""
         if self.sequence is not None:
             return self.sequence
-        table = getattr(column, "table", None)
-        if table is None:
-            raise InvalidSequenceConfig(
-                f"column {column.key!r} is not attached to a table, so its serial cannot be "
-                "named after it; pass sequence='name'"
-            )
-        return str(table.name) if self.integer else f"{table.name}.{column.key}"
+        table = _table_name(column, "its serial cannot be named after it")
+        return table if self.integer else f"{table}.{column.key}"
 
 
 def serial_spec(column: Any) -> SerialSpec | None:
