@@ -674,6 +674,46 @@ def close_generators(
         generator.close(timeout=_left(deadline))
 
 
+class SharedSnowflakes:
+    """One [`Snowflake`][autoseq.snowflake.Snowflake] per store and layout, shared in this process.
+
+    What the integrations' snowflake fields hold: ``get(store, layout)``
+    makes the generator on first use (leasing its worker id once) and gives
+    the same one after; ``close()`` closes all of them.
+    """
+
+    def __init__(self) -> None:
+        self._made: dict[tuple[int, str], Snowflake] = {}
+        self._guard = threading.Lock()
+        _shared.add(self)
+
+    def get(self, store: object, layout: str = "default") -> Snowflake:
+        """The generator of ``layout`` leasing from ``store``."""
+        key = (id(store), layout)
+        found = self._made.get(key)
+        if found is None:
+            with self._guard:
+                found = self._made.get(key)
+                if found is None:
+                    found = self._made[key] = Snowflake(store, name=layout)
+        return found
+
+    def close(self, *, timeout: float = DEFAULT_CLOSE_TIMEOUT) -> None:
+        """Close every generator made (releasing its worker id), within ``timeout`` in all."""
+        with self._guard:
+            made = list(self._made.values())
+            self._made.clear()
+        if made:
+            close_generators(made, timeout=timeout)
+
+    def _after_fork_in_child(self) -> None:
+        # A thread of the parent may have held the guard; the generators re-lease on their own.
+        self._guard = threading.Lock()
+
+
+_shared: weakref.WeakSet[SharedSnowflakes] = weakref.WeakSet()
+
+
 def _close_all() -> None:
     close_generators(list(_live))
 
@@ -681,6 +721,8 @@ def _close_all() -> None:
 def _after_fork() -> None:
     for generator in list(_live):
         generator._after_fork_in_child()
+    for shared in list(_shared):
+        shared._after_fork_in_child()
 
 
 _hooks.at_exit(_close_all)
@@ -690,6 +732,7 @@ __all__ = [
     "DEFAULT_EPOCH",
     "ClockMovedBackwards",
     "LeaseLost",
+    "SharedSnowflakes",
     "Snowflake",
     "SnowflakeParts",
     "WorkersExhausted",

@@ -10,14 +10,13 @@ Re-exported from `autoseq_django.fields`.
 
 from __future__ import annotations
 
-import threading
 from typing import TYPE_CHECKING, Any
 
 from django.db import models, router
 from django.db.models.fields import NOT_PROVIDED
 from django.db.models.signals import pre_save
 
-from autoseq.snowflake import Snowflake
+from autoseq.snowflake import SharedSnowflakes, Snowflake
 from autoseq_django import registry as sequences
 
 if TYPE_CHECKING:
@@ -30,30 +29,17 @@ else:
     _BigIntegerField = models.BigIntegerField
     _BigAutoField = models.BigAutoField
 
-_generators: dict[tuple[int, str], Snowflake] = {}
-_guard = threading.Lock()
+_generators = SharedSnowflakes()
 
 
 def generator(alias: str, layout: str = "default") -> Snowflake:
     """The generator of ``layout`` for rows written to database ``alias`` (shared, leased once)."""
-    store = sequences.store(sequences.sequence_database(alias))
-    key = (id(store), layout)
-    found = _generators.get(key)
-    if found is None:
-        with _guard:
-            found = _generators.get(key)
-            if found is None:
-                found = _generators[key] = Snowflake(store, name=layout)
-    return found
+    return _generators.get(sequences.store(sequences.sequence_database(alias)), layout)
 
 
 def close_generators() -> None:
     """Close every generator (releasing its worker id); tests and shutdown."""
-    with _guard:
-        found = list(_generators.values())
-        _generators.clear()
-    for gen in found:
-        gen.close()
+    _generators.close()
 
 
 class _SnowflakeMixin:

@@ -11,7 +11,6 @@ kept.
 
 from __future__ import annotations
 
-import threading
 import weakref
 from collections.abc import Iterable
 from typing import Any
@@ -20,34 +19,22 @@ from mongoengine import signals
 from mongoengine.base import BaseField
 from mongoengine.connection import DEFAULT_CONNECTION_NAME
 
-from autoseq.snowflake import Snowflake
+from autoseq.snowflake import SharedSnowflakes, Snowflake
 from autoseq.stores.mongo import MongoStore, validate_collection_name
 from autoseq_mongoengine import _compat
 from autoseq_mongoengine.registry import sequences
 
-_generators: dict[tuple[int, str], Snowflake] = {}
-_guard = threading.Lock()
+_generators = SharedSnowflakes()
 
 
 def generator(store: MongoStore, layout: str = "default") -> Snowflake:
     """The generator of ``layout`` leasing from ``store`` (shared in this process)."""
-    key = (id(store), layout)
-    found = _generators.get(key)
-    if found is None:
-        with _guard:
-            found = _generators.get(key)
-            if found is None:
-                found = _generators[key] = Snowflake(store, name=layout)
-    return found
+    return _generators.get(store, layout)
 
 
 def close_generators() -> None:
     """Close every generator (releasing its worker id); tests and shutdown."""
-    with _guard:
-        found = list(_generators.values())
-        _generators.clear()
-    for gen in found:
-        gen.close()
+    _generators.close()
 
 
 class SnowflakeField(BaseField):  # type: ignore[misc]

@@ -20,7 +20,7 @@ from autoseq.errors import (
     LeaseLost,
     WorkersExhausted,
 )
-from autoseq.snowflake import DEFAULT_EPOCH, Snowflake, SnowflakeParts, decode
+from autoseq.snowflake import DEFAULT_EPOCH, SharedSnowflakes, Snowflake, SnowflakeParts, decode
 from autoseq.stores import MemoryStore
 from autoseq.workers import worker_leases
 
@@ -268,6 +268,37 @@ def test_close_releases_the_lease_and_stops_generation(store: MemoryStore) -> No
     assert row.last_ms == int(gen.decode(value).timestamp.timestamp() * 1000)
     with pytest.raises(LeaseLost, match="closed"):
         gen.next()
+
+
+def test_shared_snowflakes_make_one_generator_per_store_and_layout(store: MemoryStore) -> None:
+    """SharedSnowflakes.get gives the same generator for a store and layout, another otherwise."""
+    shared = SharedSnowflakes()
+    other = MemoryStore()
+    try:
+        first = shared.get(store)
+        assert shared.get(store, "default") is first
+        assert shared.get(store, "orders") is not first
+        assert shared.get(other) is not first
+    finally:
+        shared.close()
+
+
+def test_shared_snowflakes_close_releases_every_lease(store: MemoryStore) -> None:
+    """SharedSnowflakes.close() closes what it made; the next get() leases a new generator."""
+    shared = SharedSnowflakes()
+    first = shared.get(store)
+    first.next()
+    shared.close()
+    (row,) = worker_leases(store).list_workers("default")
+    assert row.owner is None
+    with pytest.raises(LeaseLost, match="closed"):
+        first.next()
+    again = shared.get(store)
+    try:
+        assert again is not first
+        assert again.next() > 0
+    finally:
+        shared.close()
 
 
 def test_heartbeat_renews_the_lease(store: MemoryStore) -> None:
