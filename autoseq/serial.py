@@ -19,6 +19,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta, tzinfo
 from typing import Any, NamedTuple
 
@@ -30,6 +31,7 @@ from autoseq.lock import SequenceLock
 from autoseq.registry import SequenceRegistry
 from autoseq.stores.base import SequenceStore, check_many
 from autoseq.stores.capabilities import GaplessEngine, GaplessNumbering
+from autoseq.stores.memory import MemoryStore
 
 PERIODS = ("day", "month", "year")
 _KEY_FORMAT = {"day": "%Y-%m-%d", "month": "%Y-%m", "year": "%Y"}
@@ -651,6 +653,54 @@ class Serial:
 
     def __repr__(self) -> str:
         return f"Serial({self.name!r}, {self.template.text!r}, period={self.period!r})"
+
+
+@dataclass(frozen=True)
+class SerialOptions:
+    """A serial's settings but its store and name: what an ORM's serial field declares.
+
+    The integrations' serial fields keep one and make their
+    [`Serial`][autoseq.serial.Serial] with ``build`` for each registry they
+    serve; ``check`` raises what ``Serial`` would refuse, where the field
+    is declared.
+    """
+
+    template: str
+    period: str | None = None
+    tz: str | tzinfo = "UTC"
+    start: int = 1
+    step: int = 1
+    batch_count: int = 100
+    gapless: bool = False
+    cycle: bool = False
+    clock: Callable[[], datetime] | None = None
+
+    def build(
+        self,
+        store: SequenceStore | SequenceRegistry,
+        name: str,
+        *,
+        gapless: bool | None = None,
+    ) -> Serial:
+        """The serial ``name`` on ``store`` with these settings (``gapless`` overrides)."""
+        return Serial(
+            store,
+            name,
+            self.template,
+            period=self.period,
+            tz=self.tz,
+            start=self.start,
+            step=self.step,
+            batch_count=self.batch_count,
+            gapless=self.gapless if gapless is None else gapless,
+            cycle=self.cycle,
+            clock=self.clock,
+        )
+
+    def check(self, name: str) -> Serial:
+        """A throwaway serial ``name`` on a memory store: raises ``InvalidSequenceConfig``
+        where the settings (gapless aside, which needs a SQL store) are refused."""
+        return self.build(MemoryStore(), name, gapless=False)
 
 
 def _gapless_module(store: object, name: str) -> GaplessEngine:

@@ -24,8 +24,7 @@ from mongoengine.fields import StringField
 
 from autoseq import SequenceRegistry, Serial
 from autoseq.config import validate_name
-from autoseq.serial import template_length
-from autoseq.stores import MemoryStore
+from autoseq.serial import SerialOptions, template_length
 from autoseq.stores.mongo import validate_collection_name
 from autoseq_mongoengine import _compat
 from autoseq_mongoengine.fields import owner_base_name, refuse_gapless
@@ -58,19 +57,17 @@ class SerialField(StringField):  # type: ignore[misc]
         **kwargs: Any,
     ) -> None:
         refuse_gapless(gapless, "SerialField")
-        self.serial_options: dict[str, Any] = {
-            "period": period,
-            "tz": tz,
-            "start": start,
-            "step": step,
-            "batch_count": batch_count,
-            "cycle": cycle,
-            "clock": clock,
-        }
-        # Refuse a bad template or setting where the document is declared.
-        Serial(
-            SequenceRegistry(MemoryStore()), sequence_name or "x", template, **self.serial_options
+        self.serial_options = SerialOptions(
+            template,
+            period=period,
+            tz=tz,
+            start=start,
+            step=step,
+            batch_count=batch_count,
+            cycle=cycle,
+            clock=clock,
         )
+        self.serial_options.check(sequence_name or "x")  # refused where the document is declared
         self.template = template
         self.sequence_name = None if sequence_name is None else validate_name(sequence_name)
         self.collection_name = validate_collection_name(collection_name or "sys_sequence")
@@ -90,9 +87,7 @@ class SerialField(StringField):  # type: ignore[misc]
         found = self._serials.get(id(registry))
         if found is None or found.registry is not registry:
             with self._guard:
-                found = Serial(
-                    registry, self.get_sequence_name(), self.template, **self.serial_options
-                )
+                found = self.serial_options.build(registry, self.get_sequence_name())
                 self._serials[id(registry)] = found
         return found
 

@@ -135,7 +135,7 @@ def SerialField(
     keyword arguments go to ``mapped_column`` (``unique``, ``index``...).
     """
     spec = SerialSpec(
-        template, sequence, period, tz, start, step, batch_count, gapless, cycle, clock
+        template, period, tz, start, step, batch_count, gapless, cycle, clock, sequence
     )
     return mapped_column(_string(spec), **_serial_kwargs(spec, mapped_column_kwargs))
 
@@ -149,7 +149,7 @@ def gapless_sequence_field(
     value is taken at flush or insert on the session's or statement's own
     connection, as gapless serials are ([`autoseq.stores.sql.gapless`][autoseq.stores.sql.gapless]).
     """
-    spec = SerialSpec("{n}", sequence, start=start, step=step, gapless=True, integer=True)
+    spec = SerialSpec("{n}", sequence=sequence, start=start, step=step, gapless=True, integer=True)
     kwargs = _serial_kwargs(spec, mapped_column_kwargs)
     kwargs["autoincrement"] = False
     return mapped_column(sa.BigInteger, **kwargs)

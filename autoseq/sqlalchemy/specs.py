@@ -10,18 +10,14 @@ integration finds a column's kind through these: the declarations
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, tzinfo
 from typing import Any
 
 from sqlalchemy.sql.schema import Column
 
 from autoseq.config import MAX_VALUE, SequenceConfig, validate_name
 from autoseq.errors import InvalidSequenceConfig
-from autoseq.registry import SequenceRegistry
-from autoseq.serial import Serial
-from autoseq.stores.memory import MemoryStore
+from autoseq.serial import SerialOptions
 
 #: Key in ``Column.info`` under which a column's sequence settings travel.
 INFO_KEY = "autoseq"
@@ -108,45 +104,17 @@ def sequence_spec(column: Any) -> SequenceSpec | None:
 
 
 @dataclass(frozen=True)
-class SerialSpec:
+class SerialSpec(SerialOptions):
     """What a serial column was declared with; ``sequence=None`` means ``<table>.<column>``."""
 
-    template: str
     sequence: str | None = None
-    period: str | None = None
-    tz: str | tzinfo = "UTC"
-    start: int = 1
-    step: int = 1
-    batch_count: int = 100
-    gapless: bool = False
-    cycle: bool = False
-    clock: Callable[[], datetime] | None = None
     #: A gapless integer sequence column (``SequenceField(gapless=True)``), not a string.
     integer: bool = False
 
     def __post_init__(self) -> None:
         if self.sequence is not None:
             validate_name(self.sequence)
-        # refuse a bad template or setting where the column is declared
-        self.build(SequenceRegistry(MemoryStore()), "placeholder", gapless=False)
-
-    def build(
-        self, registry: SequenceRegistry, name: str, *, gapless: bool | None = None
-    ) -> Serial:
-        """The [`Serial`][autoseq.serial.Serial] of this column on ``registry``."""
-        return Serial(
-            registry,
-            name,
-            self.template,
-            period=self.period,
-            tz=self.tz,
-            start=self.start,
-            step=self.step,
-            batch_count=self.batch_count,
-            gapless=self.gapless if gapless is None else gapless,
-            cycle=self.cycle,
-            clock=self.clock,
-        )
+        self.check("placeholder")  # refuse a bad template or setting where the column is declared
 
     def name_for(self, column: Column[Any]) -> str:
         """The serial's name: ``sequence``, else ``<table>.<column>``."""

@@ -20,7 +20,7 @@ from autoseq import (
     SequenceRegistry,
     Serial,
 )
-from autoseq.serial import InvalidSerial
+from autoseq.serial import InvalidSerial, SerialOptions
 from autoseq.stores import MemoryStore
 
 STORES = [
@@ -741,3 +741,24 @@ def test_gapless_next_many_refuses_a_bad_count_before_creating_the_row(
     assert sql_store.read_all() == []
     assert not sa.inspect(engine).has_table(f"{sql_store.table.name}_gapless")
     engine.dispose()
+
+
+def test_serial_options_build_the_serial_their_settings_say() -> None:
+    """SerialOptions.build makes a Serial with every setting given, gapless overridable."""
+    options = SerialOptions("T-{date:%Y}-{n:03d}", period="year", start=5, step=2, cycle=True)
+    serial = options.build(MemoryStore(), "tickets", gapless=False)
+    assert (serial.name, serial.period, serial.config.start, serial.config.step) == (
+        "tickets",
+        "year",
+        5,
+        2,
+    )
+    assert serial.config.cycle
+    assert serial.config.end == 999
+    assert serial.next().endswith("-005")
+
+
+def test_serial_options_check_refuses_what_serial_refuses() -> None:
+    """SerialOptions.check raises InvalidSequenceConfig for a template Serial refuses."""
+    with pytest.raises(InvalidSequenceConfig, match="period"):
+        SerialOptions("T-{n}", period="week").check("tickets")
