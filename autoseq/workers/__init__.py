@@ -64,6 +64,15 @@ class WorkerLease:
         """The highest timestamp the row's owners may have issued."""
         return max(self.last_ms, self.expires_ms)
 
+    def held_fields(self) -> dict[str, Any]:
+        """What an acquisition writes: ``owner``, ``expires_ms``, ``last_ms``, ``version``."""
+        return {
+            "owner": self.owner,
+            "expires_ms": self.expires_ms,
+            "last_ms": self.last_ms,
+            "version": self.version,
+        }
+
 
 #: The worker id of a name's layout row (leases count from 0).
 LAYOUT_ROW = -1

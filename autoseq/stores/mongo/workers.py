@@ -64,12 +64,7 @@ class MongoWorkers:
             for worker in free:
                 row = rows.get(worker)
                 lease = taken(row, name, worker, owner, now_ms + ttl_ms)
-                fields = {
-                    "owner": owner,
-                    "expires_ms": lease.expires_ms,
-                    "last_ms": lease.last_ms,
-                    "version": lease.version,
-                }
+                fields = lease.held_fields()
                 if row is None:
                     try:
                         collection.insert_one(

@@ -106,12 +106,7 @@ class SQLWorkers:
                 for worker in candidates(rows, count, now_ms):
                     row = rows.get(worker)
                     lease = taken(row, name, worker, owner, now_ms + ttl_ms)
-                    values = {
-                        "owner": owner,
-                        "expires_ms": lease.expires_ms,
-                        "last_ms": lease.last_ms,
-                        "version": lease.version,
-                    }
+                    values = lease.held_fields()
                     if row is None:
                         try:
                             with self.store._transaction() as connection:
