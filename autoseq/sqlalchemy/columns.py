@@ -98,16 +98,40 @@ def _key_type(column_kwargs: Mapping[str, Any]) -> sa.types.TypeEngine[int]:
 
 
 def _sequence_kwargs(spec: SequenceSpec, kwargs: dict[str, Any]) -> dict[str, Any]:
-    clash = [key for key in RESERVED_KWARGS if key in kwargs]
+    kwargs = _filled_kwargs(
+        kwargs,
+        INFO_KEY,
+        spec,
+        "a sequence column",
+        "values come from the sequence",
+        RESERVED_KWARGS,
+        " (with MappedAsDataclass, pass init=False)",
+    )
+    kwargs["autoincrement"] = False
+    return kwargs
+
+
+def _filled_kwargs(
+    kwargs: dict[str, Any],
+    info_key: str,
+    spec: object,
+    what: str,
+    why: str,
+    reserved: tuple[str, ...],
+    hint: str = "",
+) -> dict[str, Any]:
+    """The column arguments of ``what`` (a column autoseq fills at insert), carrying ``spec``.
+
+    Refuses an argument of ``reserved``, which the column sets itself (``why``).
+    """
+    clash = [key for key in reserved if key in kwargs]
     if clash:
         raise InvalidSequenceConfig(
-            f"a sequence column sets {', '.join(clash)} itself (values come from the "
-            "sequence); remove the argument (with MappedAsDataclass, pass init=False)"
+            f"{what} sets {', '.join(clash)} itself ({why}); remove the argument{hint}"
         )
     kwargs = dict(kwargs)
-    kwargs["info"] = {**kwargs.get("info", {}), INFO_KEY: spec}
+    kwargs["info"] = {**kwargs.get("info", {}), info_key: spec}
     kwargs.setdefault("nullable", False)
-    kwargs["autoincrement"] = False
     kwargs["insert_default"] = column_default
     return kwargs
 
@@ -167,17 +191,10 @@ def _string(spec: SerialSpec) -> sa.String:
 
 
 def _serial_kwargs(spec: SerialSpec, kwargs: dict[str, Any]) -> dict[str, Any]:
-    clash = [key for key in ("default", "insert_default", "server_default") if key in kwargs]
-    if clash:
-        raise InvalidSequenceConfig(
-            f"a serial column sets {', '.join(clash)} itself (values come from the serial); "
-            "remove the argument"
-        )
-    kwargs = dict(kwargs)
-    kwargs["info"] = {**kwargs.get("info", {}), SERIAL_INFO_KEY: spec}
-    kwargs.setdefault("nullable", False)
-    kwargs["insert_default"] = column_default
-    return kwargs
+    reserved = ("default", "insert_default", "server_default")
+    return _filled_kwargs(
+        kwargs, SERIAL_INFO_KEY, spec, "a serial column", "values come from the serial", reserved
+    )
 
 
 # snowflake ids ----------------------------------------------------------------------
@@ -197,18 +214,15 @@ def SnowflakeField(
     Python-side default, without a round trip; a value the user gave is
     kept. The other keyword arguments go to ``mapped_column``.
     """
-    kwargs = dict(mapped_column_kwargs)
-    clash = [key for key in RESERVED_KWARGS if key in kwargs]
-    if clash:
-        raise InvalidSequenceConfig(
-            f"a snowflake column sets {', '.join(clash)} itself (values are snowflake ids); "
-            "remove the argument"
-        )
-    kwargs.setdefault("nullable", False)
+    kwargs = _filled_kwargs(
+        mapped_column_kwargs,
+        SNOWFLAKE_INFO_KEY,
+        SnowflakeSpec(generator, layout),
+        "a snowflake column",
+        "values are snowflake ids",
+        RESERVED_KWARGS,
+    )
     kwargs["autoincrement"] = False
-    spec = SnowflakeSpec(generator, layout)
-    kwargs["info"] = {**kwargs.get("info", {}), SNOWFLAKE_INFO_KEY: spec}
-    kwargs["insert_default"] = column_default
     return mapped_column(sa.BigInteger, **kwargs)
 
 
