@@ -192,6 +192,14 @@ def check_configs(configs: object, what: str = "create_many") -> list[SequenceCo
     return items
 
 
+def first_configs(configs: list[SequenceConfig]) -> dict[str, SequenceConfig]:
+    """The first of ``configs`` of each name, in order: what ``create_many`` writes."""
+    firsts: dict[str, SequenceConfig] = {}
+    for config in configs:
+        firsts.setdefault(config.name, config)
+    return firsts
+
+
 def create_many(store: SequenceStore, configs: list[SequenceConfig]) -> list[SequenceConfig]:
     """``store.create`` of each config, in one transaction where the store can.
 

@@ -61,6 +61,7 @@ from autoseq.stores.base import (
     Block,
     check_configs,
     check_count,
+    first_configs,
     plan_reservation,
     reset_after_fork,
 )
@@ -270,9 +271,7 @@ class MongoStore:
         ``create`` would have made (the call can be repeated).
         """
         items = check_configs(configs)
-        firsts: dict[str, SequenceConfig] = {}
-        for config in items:
-            firsts.setdefault(config.name, config)
+        firsts = first_configs(items)
         if not firsts:
             return []
         documents = [_document(config) for config in firsts.values()]

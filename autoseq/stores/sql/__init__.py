@@ -51,6 +51,7 @@ from autoseq.stores.base import (
     check_configs,
     check_count,
     check_requests,
+    first_configs,
     plan_reservation,
     reset_after_fork,
 )
@@ -489,9 +490,7 @@ class SQLStore:
         transaction start again, reading the rows it created.
         """
         items = check_configs(configs)
-        firsts: dict[str, SequenceConfig] = {}
-        for config in items:
-            firsts.setdefault(config.name, config)
+        firsts = first_configs(items)
         if not firsts:
             return []
         stored = {
