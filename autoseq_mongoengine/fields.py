@@ -157,7 +157,8 @@ class SequenceField(BaseField):  # type: ignore[misc]
 
     def lock(self) -> SequenceLock:
         """The lock serving this field's values in this process."""
-        try:
+
+        def serving() -> SequenceLock:
             return sequences.lock(
                 self.db_alias,
                 self.collection_name,
@@ -165,6 +166,9 @@ class SequenceField(BaseField):  # type: ignore[misc]
                 self.policy,
                 self.stored_max,
             )
+
+        try:
+            return serving()
         except InvalidSequenceConfig:
             # A row in mongoengine's own counter layout under our name (a
             # shared collection_name): take it over, then serve from it.
@@ -175,13 +179,7 @@ class SequenceField(BaseField):  # type: ignore[misc]
                 self.stored_max,
             ):
                 raise
-            return sequences.lock(
-                self.db_alias,
-                self.collection_name,
-                self.sequence_config(),
-                self.policy,
-                self.stored_max,
-            )
+            return serving()
 
     def _stored_in(self) -> Any:
         """The document class whose collection holds this field's values (None: unknown)."""
