@@ -138,41 +138,37 @@ class SQLWorkers:
         t = self.table
         expires = max(now_ms + ttl_ms, lease.expires_ms)
         last = max(last_ms, lease.last_ms)
-        try:
-            with self.store._transaction() as connection:
-                result = connection.execute(
-                    sa.update(t)
-                    .where(t.c.name == lease.name, t.c.worker == lease.worker)
-                    .where(t.c.owner == lease.owner)
-                    .values(
-                        # never shortened: a renewal sent later may already have extended it
-                        expires_ms=sa.case(
-                            (t.c.expires_ms > expires, t.c.expires_ms), else_=expires
-                        ),
-                        last_ms=sa.case((t.c.last_ms > last, t.c.last_ms), else_=last),
-                        version=t.c.version + 1,
-                    )
-                )
-        except DBAPIError as exc:
-            raise self._fail(exc, f"renewing worker {lease.worker}", lease.name) from exc
-        if result.rowcount != 1:
+        renewed = self._update_held(
+            lease,
+            f"renewing worker {lease.worker}",
+            # never shortened: a renewal sent later may already have extended it
+            expires_ms=sa.case((t.c.expires_ms > expires, t.c.expires_ms), else_=expires),
+            last_ms=sa.case((t.c.last_ms > last, t.c.last_ms), else_=last),
+        )
+        if not renewed:
             return None
         return WorkerLease(lease.name, lease.worker, lease.owner, expires, last, lease.version + 1)
 
     @reconnecting
     def release_worker(self, lease: WorkerLease, last_ms: int) -> bool:
-        t = self.table
         last = max(last_ms, lease.last_ms)
+        return self._update_held(
+            lease, f"releasing worker {lease.worker}", owner=None, expires_ms=last, last_ms=last
+        )
+
+    def _update_held(self, lease: WorkerLease, what: str, **values: Any) -> bool:
+        """Write ``values`` to ``lease``'s row if ``lease.owner`` still holds it (a new version)."""
+        t = self.table
         try:
             with self.store._transaction() as connection:
                 result = connection.execute(
                     sa.update(t)
                     .where(t.c.name == lease.name, t.c.worker == lease.worker)
                     .where(t.c.owner == lease.owner)
-                    .values(owner=None, expires_ms=last, last_ms=last, version=t.c.version + 1)
+                    .values(**values, version=t.c.version + 1)
                 )
         except DBAPIError as exc:
-            raise self._fail(exc, f"releasing worker {lease.worker}", lease.name) from exc
+            raise self._fail(exc, what, lease.name) from exc
         return result.rowcount == 1
 
     @reconnecting
