@@ -142,23 +142,8 @@ def sync(
     so a first insert reads no ``max()`` inside the caller's operations).
     """
     wanted = set(names) if names is not None else None
-    by_name: dict[str, list[SequenceField]] = {}
-    tables = table_names(database)
-    for model in sequence_models(apps):
-        if not router.allow_migrate_model(database, model):
-            continue
-        if not has_table(database, model, tables):
-            continue
-        for field in sequence_fields(model):
-            by_name.setdefault(field.sequence_name, []).append(field)
+    by_name = _fields_by_name(database, apps, wanted, table_names(database))
     if wanted:
-        missing = sorted(wanted - set(by_name))
-        if missing:
-            used = ", ".join(sorted(by_name)) or "none"
-            raise SequenceNotFound(
-                missing[0],
-                f"no model in database {database!r} uses it; sequences used there: {used}",
-            )
         by_name = {name: fields for name, fields in by_name.items() if name in wanted}
     sequence_alias = sequences.sequence_database(database)
     results = []
@@ -172,6 +157,33 @@ def sync(
         labels = tuple(f"{f.model._meta.label}.{f.name}" for f in fields)
         results.append(SyncResult(name, labels, top, old, new))
     return results
+
+
+def _fields_by_name(
+    database: str, apps: Any, wanted: set[str] | None, tables: set[str] | None = None
+) -> dict[str, list[SequenceField]]:
+    """The sequence fields of the models migrated to ``database``, by sequence name.
+
+    With ``tables``, only models whose table is among them. A name of
+    ``wanted`` that no field uses raises ``SequenceNotFound``.
+    """
+    by_name: dict[str, list[SequenceField]] = {}
+    for model in sequence_models(apps):
+        if not router.allow_migrate_model(database, model):
+            continue
+        if tables is not None and not has_table(database, model, tables):
+            continue
+        for field in sequence_fields(model):
+            by_name.setdefault(field.sequence_name, []).append(field)
+    if wanted:
+        missing = sorted(wanted - set(by_name))
+        if missing:
+            used = ", ".join(sorted(by_name)) or "none"
+            raise SequenceNotFound(
+                missing[0],
+                f"no model in database {database!r} uses it; sequences used there: {used}",
+            )
+    return by_name
 
 
 def drift(field: SequenceField, row: SequenceConfig) -> dict[str, Any]:
@@ -214,20 +226,7 @@ def apply(
     created from the fields on first use.
     """
     wanted = set(names) if names is not None else None
-    by_name: dict[str, list[SequenceField]] = {}
-    for model in sequence_models(apps):
-        if not router.allow_migrate_model(database, model):
-            continue
-        for field in sequence_fields(model):
-            by_name.setdefault(field.sequence_name, []).append(field)
-    if wanted:
-        missing = sorted(wanted - set(by_name))
-        if missing:
-            used = ", ".join(sorted(by_name)) or "none"
-            raise SequenceNotFound(
-                missing[0],
-                f"no model in database {database!r} uses it; sequences used there: {used}",
-            )
+    by_name = _fields_by_name(database, apps, wanted)
     sequence_alias = sequences.sequence_database(database)
     store = sequences.store(sequence_alias)
     results = []

@@ -13,7 +13,7 @@ from django.core.management import call_command
 from django.db import models
 from django.test.utils import isolate_apps
 
-from autoseq import SequenceConfig
+from autoseq import SequenceConfig, SequenceNotFound
 from autoseq_django import checks as autoseq_checks
 from autoseq_django import maintenance
 from autoseq_django import registry as sequences
@@ -125,3 +125,14 @@ def test_apply_says_when_a_row_is_not_there_yet(backend: str) -> None:
         [result] = maintenance.apply(backend, names=[isolated_name], apps=isolated)
     assert (result.stored, result.changed) == (False, {})
     assert sequences.store(sequences.sequence_database(backend)).read(isolated_name) is None
+
+
+def test_sync_and_apply_refuse_a_name_no_model_uses(
+    backend: str, changed_field: tuple[Apps, str]
+) -> None:
+    """A wanted name no field uses raises SequenceNotFound naming the used ones (sync: tabled)."""
+    isolated, name = changed_field  # its model has no table in the database
+    with pytest.raises(SequenceNotFound, match="sequences used there: none"):
+        maintenance.sync(backend, names=["nobody_uses_this"], apps=isolated)
+    with pytest.raises(SequenceNotFound, match=f"sequences used there: {name}"):
+        maintenance.apply(backend, names=["nobody_uses_this"], apps=isolated)
