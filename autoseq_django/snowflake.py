@@ -1,10 +1,12 @@
 """``SnowflakeField`` and ``SnowflakeAutoField``: snowflake ids for Django models.
 
-The id is taken when a row is inserted: ``save()`` and ``bulk_create()`` ask
-the primary key for its value (``get_pk_value_on_save``), other columns fill
-in ``pre_save``, and raw saves (``loaddata``) get one when empty. Worker ids
-are leased from the ``sys_sequence`` database that serves the model's write
-database (routers respected), one generator per layout and store.
+The id is taken when the row's INSERT runs, from the generator of the
+database running it: ``save(using=...)``, ``.using(...)`` and routers are
+respected alike (the key holds a stand-in between ``get_pk_value_on_save``
+and the INSERT, other columns fill in ``pre_save``, and raw saves
+(``loaddata``) get one when empty). Worker ids are leased from the
+``sys_sequence`` database that serves that database, one generator per
+layout and store.
 Re-exported from `autoseq_django.fields`.
 """
 
@@ -12,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from django.db import models, router
+from django.db import models
 from django.db.models.fields import NOT_PROVIDED
 from django.db.models.signals import pre_save
 
@@ -42,6 +44,24 @@ def close_generators() -> None:
     _generators.close()
 
 
+class _Unissued:
+    """An id not taken yet: the INSERT that writes ``instance`` takes it, on its own database.
+
+    Django asks a key for its value (``get_pk_value_on_save``) and a column
+    for its own (``pre_save``) without saying which database the row goes
+    to; the router's guess for an unsaved instance is ``default``, whatever
+    ``using=`` says. The compiler's ``get_db_prep_save`` knows the connection.
+    """
+
+    __slots__ = ("instance",)
+
+    def __init__(self, instance: models.Model) -> None:
+        self.instance = instance
+
+    def __repr__(self) -> str:
+        return "<snowflake id taken on insert>"
+
+
 class _SnowflakeMixin:
     """What both fields share: where ids come from and when they are taken."""
 
@@ -50,20 +70,25 @@ class _SnowflakeMixin:
     primary_key: bool
     model: type[models.Model]
 
-    def take(self, instance: models.Model, using: str | None = None) -> int:
-        """A new id for ``instance``, from the layout's generator for its write database."""
-        alias = using or router.db_for_write(type(instance), instance=instance) or "default"
-        return generator(alias, self.layout).next()
+    def take(self, using: str) -> int:
+        """A new id for a row written to database ``using``, from the layout's generator there."""
+        return generator(using, self.layout).next()
 
     def get_pk_value_on_save(self, instance: models.Model) -> Any:
-        return self.take(instance)
+        return _Unissued(instance)  # not None: Django inserts the row with its key, no RETURNING
 
     def pre_save(self, model_instance: models.Model, add: bool) -> Any:
         value = getattr(model_instance, self.attname)
-        if add and value is None:
-            value = self.take(model_instance)
-            setattr(model_instance, self.attname, value)
+        if add and (value is None or type(value) is _Unissued):
+            return _Unissued(model_instance)
         return value
+
+    def get_db_prep_save(self, value: Any, connection: BaseDatabaseWrapper) -> Any:
+        if type(value) is _Unissued:
+            taken = self.take(connection.alias)
+            setattr(value.instance, self.attname, taken)
+            value = taken
+        return super().get_db_prep_save(value, connection)  # type: ignore[misc]
 
 
 def _fill_raw_saves(sender: type[models.Model], instance: models.Model, **kwargs: Any) -> None:
@@ -72,7 +97,7 @@ def _fill_raw_saves(sender: type[models.Model], instance: models.Model, **kwargs
         return
     for field in sender._meta.concrete_fields:
         if isinstance(field, _SnowflakeMixin) and getattr(instance, field.attname) is None:
-            setattr(instance, field.attname, field.take(instance, kwargs.get("using")))
+            setattr(instance, field.attname, field.take(kwargs["using"]))
 
 
 class SnowflakeField(_SnowflakeMixin, _BigIntegerField):

@@ -10,6 +10,8 @@ from django.db import models
 from django.test import override_settings
 from django.test.utils import isolate_apps
 
+from autoseq.workers import worker_leases
+from autoseq_django import registry as sequences
 from autoseq_django.fields import SnowflakeAutoField, SnowflakeField
 from autoseq_django.snowflake import close_generators, generator
 
@@ -64,6 +66,32 @@ def test_every_save_path_gets_a_snowflake_id(backend: str) -> None:
     refs = [e.ref for e in every]
     assert len(set(refs)) == 305
     assert {worker_of(v) for v in refs} == {generator(backend, "refs").worker_id}
+
+
+def held_leases(alias: str) -> set[tuple[str, int]]:
+    """(layout, worker id) of the leases held now where rows written to ``alias`` lease."""
+    leases = worker_leases(sequences.store(sequences.sequence_database(alias)))
+    return {(lease.name, lease.worker) for lease in leases.list_workers() if lease.owner}
+
+
+def test_ids_are_leased_where_the_row_is_written(backend: str) -> None:
+    """save(using=), .using().create() and bulk_create() lease on that database, not default's."""
+    close_generators()
+    assert held_leases("default") == set()
+    saved = SnowEvent(note="saved")
+    saved.save(using=backend)
+    objects = SnowEvent.objects.using(backend)
+    rows = [saved, objects.create(), *objects.bulk_create([SnowEvent() for _ in range(5)])]
+    auto = SnowAuto.objects.using(backend).create()
+    assert held_leases("default") == set()
+    leased = {
+        ("default", generator(backend).worker_id),
+        ("refs", generator(backend, "refs").worker_id),
+    }
+    assert held_leases(backend) == leased
+    assert {("default", worker_of(row.pk)) for row in [*rows, auto]} | {
+        ("refs", worker_of(row.ref)) for row in rows
+    } == leased
 
 
 def test_ids_increase_in_insert_order(backend: str) -> None:
