@@ -60,8 +60,13 @@ def _settings_changed(setting: str, **kwargs: Any) -> None:
     if setting in ("AUTOSEQ", "DATABASES", "DATABASE_ROUTERS"):
         from autoseq_django import conf
         from autoseq_django import registry as sequences
+        from autoseq_django.snowflake import close_generators
 
         conf.reset()
+        # Before the stores close: each generator gives its worker id back
+        # through its store, and none lives on (leased, renewing, connected)
+        # on a store no registry holds any more.
+        close_generators()
         sequences.reset()
 
 

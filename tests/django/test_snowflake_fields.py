@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from django.conf import settings
 from django.core import serializers
 from django.db import models
 from django.test import override_settings
@@ -92,6 +93,22 @@ def test_ids_are_leased_where_the_row_is_written(backend: str) -> None:
     assert {("default", worker_of(row.pk)) for row in [*rows, auto]} | {
         ("refs", worker_of(row.ref)) for row in rows
     } == leased
+
+
+def test_a_settings_change_gives_the_old_generators_leases_back(backend: str) -> None:
+    """After an AUTOSEQ change (override_settings in a test) no old store's generator lives on.
+
+    Each one kept its worker id and heartbeat: a suite overriding the
+    settings test after test held more and more, and their connections kept
+    the test database from being dropped.
+    """
+    close_generators()
+    generator(backend).next()
+    with override_settings(AUTOSEQ=dict(getattr(settings, "AUTOSEQ", {}))):
+        generator(backend).next()
+    assert held_leases(backend) == set()
+    fresh = generator(backend)
+    assert held_leases(backend) == {("default", fresh.worker_id)}
 
 
 def test_ids_increase_in_insert_order(backend: str) -> None:
