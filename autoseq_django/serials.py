@@ -12,6 +12,7 @@ the number back, and autocommit outside ``atomic()`` is refused.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Mapping
@@ -27,11 +28,9 @@ from autoseq import (
     GaplessUnavailable,
     InvalidSequenceConfig,
     SequenceConfig,
-    SequenceRegistry,
     Serial,
 )
-from autoseq.serial import template_length
-from autoseq.stores import MemoryStore
+from autoseq.serial import SerialOptions, template_length
 from autoseq_django import _compat, columns, conf
 from autoseq_django import registry as sequences
 from autoseq_django.catchup import guard_inserts
@@ -79,24 +78,25 @@ class SerialField(_CharField):
         clock: Callable[[], datetime] | None = None,
         **kwargs: Any,
     ) -> None:
-        self.serial_options: dict[str, Any] = {
-            "period": period,
-            "tz": tz,
-            "start": start,
-            "step": step,
-            "batch_count": batch_count,
-            "cycle": cycle,
-            "clock": clock,
-        }
+        # gapless stays the field's own: its values are taken on Django's
+        # connection (take_gapless), so the Serial it builds is never gapless.
+        self.serial_options = SerialOptions(
+            template,
+            period=period,
+            tz=tz,
+            start=start,
+            step=step,
+            batch_count=batch_count,
+            cycle=cycle,
+            clock=clock,
+        )
         # A template or setting Serial refuses is reported by the system checks
         # (autoseq.E016) and raised at the first save, not here: a migration
         # written before a rule tightened must still load, to be followed by one
         # that fixes the field.
         self.refusal: str | None = None
         try:
-            probe = Serial(
-                SequenceRegistry(MemoryStore()), sequence or "x", template, **self.serial_options
-            )
+            probe = self.serial_options.check(sequence or "x")
         except InvalidSequenceConfig as exc:
             self.refusal = str(exc)
         else:
@@ -123,7 +123,7 @@ class SerialField(_CharField):
         found = self._serials.get(id(registry))
         if found is None or found.registry is not registry:
             with self._guard:
-                found = Serial(registry, self.serial_name, self.template, **self.serial_options)
+                found = self.serial_options.build(registry, self.serial_name)
                 self._serials[id(registry)] = found
         return found
 
@@ -177,7 +177,7 @@ class SerialField(_CharField):
                 "InvalidSequenceConfig until then.",
             )
             return errors
-        longest = template_length(self.template, self.serial_options["period"])
+        longest = template_length(self.template, self.serial_options.period)
         if isinstance(self.max_length, int) and self.max_length < longest:
             error(
                 "E012",
@@ -191,7 +191,7 @@ class SerialField(_CharField):
                 "SerialField takes its value from the serial; default/db_default would hide it.",
                 "Remove default= and db_default= from the field.",
             )
-        if self.serial_options["cycle"] and (self.primary_key or self.unique):
+        if self.serial_options.cycle and (self.primary_key or self.unique):
             error(
                 "E015",
                 "SerialField with cycle=True on a primary key or unique column: the counter "
@@ -213,9 +213,10 @@ class SerialField(_CharField):
             kwargs["sequence"] = self.sequence
         if self.gapless:
             kwargs["gapless"] = True
-        defaults = {"period": None, "tz": "UTC", "start": 1, "step": 1}
-        defaults |= {"batch_count": 100, "cycle": False, "clock": None}
-        kwargs.update({k: v for k, v in self.serial_options.items() if defaults[k] != v})
+        for option in dataclasses.fields(SerialOptions):
+            value = getattr(self.serial_options, option.name)
+            if option.name not in ("template", "gapless") and option.default != value:
+                kwargs[option.name] = value
         return name, "autoseq_django.fields.SerialField", args, kwargs
 
 

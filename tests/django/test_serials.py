@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import tempfile
 from collections.abc import Callable
+from datetime import UTC, datetime
 
 import pytest
 from django.db import connections, transaction
@@ -24,6 +27,29 @@ def counters(alias: str, model: type, numbers: list[str]) -> list[int]:
 def test_max_length_is_derived_from_the_template() -> None:
     """SerialField's max_length fits the longest serial of its template."""
     assert Ticket._meta.get_field("number").max_length == len("ORD-20261124-00001")
+
+
+def test_serial_field_deconstructs_to_the_field_it_was() -> None:
+    """deconstruct() leaves out exactly the settings at SerialField's own defaults, and the
+    field it describes deconstructs the same (so migrations never see a change)."""
+    from autoseq.serial import SerialOptions
+    from autoseq_django.fields import SerialField
+
+    declared = inspect.signature(SerialField.__init__).parameters
+    for option in dataclasses.fields(SerialOptions):
+        if option.name != "template":  # the defaults deconstruct() leaves out are the field's
+            assert declared[option.name].default == option.default, option.name
+    assert SerialField("T-{n:05d}").deconstruct()[3] == {"template": "T-{n:05d}", "max_length": 7}
+    changed = {"period": "year", "tz": "Europe/Paris", "start": 3, "step": 2, "batch_count": 7}
+    changed |= {"cycle": True, "clock": _clock, "gapless": True, "sequence": "s"}
+    name, path, args, kwargs = SerialField("T-{date:%Y}-{n:05d}", **changed).deconstruct()
+    assert path == "autoseq_django.fields.SerialField"
+    assert kwargs == {"template": "T-{date:%Y}-{n:05d}", "max_length": 12, **changed}
+    assert SerialField(*args, **kwargs).deconstruct() == (name, path, args, kwargs)
+
+
+def _clock() -> datetime:
+    return datetime.now(UTC)
 
 
 def test_every_insert_path_takes_consecutive_serials(backend: str) -> None:
