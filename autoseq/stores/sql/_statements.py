@@ -231,3 +231,66 @@ def one_statement_reservation(
         )
         .returning(*c)
     )
+
+
+def batch_release(table: sa.Table, engine: Engine) -> sa.Update | None:
+    """One ``UPDATE ... FROM ... RETURNING`` handing many blocks back, or None.
+
+    The compare-and-set of ``SQLStore.release`` for every row at once: a row
+    goes back to its block's ``first`` only if ``name``, ``version`` and
+    ``current`` are all still what the block left. The blocks come in a fixed
+    number of parameters whatever their number (PostgreSQL: four arrays
+    through ``unnest``; SQLite: one JSON array through ``json_each``), so the
+    statement is compiled once and parsed in constant time, and the database
+    joins each block to its row by the primary key. None where the dialect
+    has no such form (MariaDB/MySQL, other PostgreSQL look-alikes, SQLite
+    before 3.38): ``release`` of each block, in one transaction, then.
+    """
+    from sqlalchemy.dialects import postgresql
+
+    dialect = engine.dialect
+    c = table.c
+    blocks: sa.FromClause
+    if dialect.name == "postgresql" and dialect.update_returning:
+        blocks = (
+            sa.func.unnest(
+                sa.bindparam("names", type_=postgresql.ARRAY(sa.Text)),
+                sa.bindparam("versions", type_=postgresql.ARRAY(sa.BigInteger)),
+                sa.bindparam("currents", type_=postgresql.ARRAY(sa.BigInteger)),
+                sa.bindparam("firsts", type_=postgresql.ARRAY(sa.BigInteger)),
+            )
+            .table_valued("name", "version", "cur", "first")
+            .render_derived(name="handed")
+        )
+    elif dialect.name == "sqlite" and dialect.update_returning:
+        import sqlite3
+
+        if sqlite3.sqlite_version_info < (3, 38):  # UPDATE FROM, RETURNING, built-in JSON
+            return None
+        each = sa.func.json_each(sa.bindparam("blocks", type_=sa.Text)).table_valued("value")
+
+        def item(at: int, kind: sa.types.TypeEngine[Any]) -> sa.ColumnElement[Any]:
+            return sa.func.json_extract(each.c.value, sa.literal_column(f"'$[{at}]'"), type_=kind)
+
+        blocks = sa.select(
+            item(0, sa.Text()).label("name"),
+            item(1, sa.BigInteger()).label("version"),
+            item(2, sa.BigInteger()).label("cur"),
+            item(3, sa.BigInteger()).label("first"),
+        ).subquery("handed")
+    else:
+        return None
+    return (
+        sa.update(table)
+        .where(
+            c.name == blocks.c.name,
+            c.version == blocks.c.version,
+            c.current == blocks.c.cur,
+        )
+        .values(
+            current=blocks.c.first,
+            updated_at=sa.bindparam("now", type_=c.updated_at.type),
+            version=c.version + 1,
+        )
+        .returning(c.name)
+    )
