@@ -7,6 +7,7 @@ each counted on a real database (commits, statements), never timed.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -198,6 +199,94 @@ def test_warmed_registries_never_share_a_value(sql_store: Any) -> None:
     assert errors == []
     assert len(seen) == 4 * 20 * 50
     assert len(set(seen)) == len(seen), "a value was handed out twice"
+
+
+# close -----------------------------------------------------------------------
+
+
+def _hand_backs(store: Any, registry: SequenceRegistry) -> list[tuple[str, Any]]:
+    """The UPDATE statements (text, parameters) that ``registry.close_locks()`` sends."""
+    sent: list[tuple[str, Any]] = []
+
+    def statement(_conn: Any, _cursor: Any, text: str, params: Any, *_rest: Any) -> None:
+        if text.lstrip().upper().startswith("UPDATE"):
+            sent.append((text, params))
+
+    sa.event.listen(store.engine, "before_cursor_execute", statement)
+    try:
+        assert registry.close_locks() == []
+    finally:
+        sa.event.remove(store.engine, "before_cursor_execute", statement)
+    return sent
+
+
+def _serving(store: Any, prefix: str, count: int) -> SequenceRegistry:
+    registry = SequenceRegistry(store)
+    registry.register_many([SequenceConfig(f"{prefix}{i:04d}") for i in range(count)])
+    registry.warm()
+    for name in registry.names():
+        registry.next(name)
+    return registry
+
+
+def test_close_hands_many_tails_back_in_one_fixed_statement_per_chunk(sql_store: Any) -> None:
+    """close() of 1,200 sequences: one UPDATE per chunk of tails, whose text and number of
+    parameters do not grow with the tails (built and parsed once, not per tail)."""
+    from autoseq.lock import _CHUNK
+
+    few = _hand_backs(sql_store, _serving(sql_store, "few", 3))
+    many = _hand_backs(sql_store, _serving(sql_store, "many", 1200))
+    if sql_store.dialect == "mysql":  # no UPDATE ... RETURNING: one compare-and-set per tail
+        assert len(many) == 1200
+        return
+    assert len(few) == 1
+    assert len(many) == -(-1200 // _CHUNK)
+    assert {text for text, _ in many} == {few[0][0]}, "the statement grew with the tails"
+    assert {len(params) for _, params in many} == {len(few[0][1])}
+    assert all(row.current == 2 for row in sql_store.read_all()), "a tail did not go back"
+
+
+def test_tails_handed_back_at_close_are_served_once_after_reopening(sql_store: Any) -> None:
+    """300 sequences closed after 1 to 3 values each, one of them reserved past by another
+    process meanwhile: a fresh registry continues every sequence where it stopped, with no
+    value twice, and only the tail reserved past is left as a gap."""
+    registry = SequenceRegistry(sql_store)
+    names = [f"r{i:03d}" for i in range(300)]
+    registry.register_many([SequenceConfig(name, batch_count=10) for name in names])
+    registry.warm()
+    served = {name: [registry.next(name) for _ in range(1 + i % 3)] for i, name in enumerate(names)}
+    other = SequenceRegistry(sql_store)
+    served["r007"].append(other.next("r007"))  # another process reserves past r007's tail
+    assert registry.close_locks() == []
+    other.close_locks(release=False)
+    fresh = SequenceRegistry(sql_store)
+    fresh.load()
+    for name in names:
+        served[name] += fresh.next_many(name, 5)
+    fresh.close_locks()
+    for name, values in served.items():
+        assert len(set(values)) == len(values), f"{name}: a value was served twice"
+        if name == "r007":
+            # its tail stays a gap (reserved past); the other process kept its block
+            assert values[:2] == [1, 2]
+            assert values[3] > values[2] > 2
+            assert values[3:] == list(range(values[3], values[3] + 5))
+        else:
+            assert values == list(range(1, len(values) + 1)), f"{name}: a value was lost"
+
+
+def test_release_many_leaves_a_block_ending_at_the_top_as_a_gap(sql_store: Any) -> None:
+    """A block given to release_many whose next value would pass 2**63-1 (no reservation
+    makes one: 2**63-1 itself is never served) matches no row: refused alone, while the
+    other tails of the same call go back (SQLite raised OverflowError for the whole call)."""
+    sql_store.create(SequenceConfig("low"))
+    sql_store.create(SequenceConfig("top", start=MAX_VALUE - 9, end=MAX_VALUE))
+    low = sql_store.reserve("low", 10)
+    top = sql_store.reserve("top", 5)
+    past = dataclasses.replace(top, first=MAX_VALUE - 4, last=MAX_VALUE)
+    assert release_many(sql_store, [low, past]) == [True, False]
+    assert sql_store.read("low").current == 1
+    assert sql_store.read("top").current == MAX_VALUE - 4
 
 
 # load ------------------------------------------------------------------------
