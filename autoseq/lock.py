@@ -728,13 +728,31 @@ class SequenceLock:
         if it is still in flight, None: the store may be ahead of what is
         known, and a block it brings later is dropped, never served.
         """
+        if not self._shut():
+            return None
+        return self._tail(wait_until)
+
+    def _shut(self) -> bool:
+        """Serve and prefetch no more, without waiting; False if already closed.
+
+        A prefetch queued and not started yet never starts. `close_locks`
+        shuts every lock first, so the shared pool's workers stop reserving
+        blocks for locks about to close while it collects the tails.
+        """
         with self._cond:
             if self._closed:
-                return None
+                return False
             self._closed = True
             self._queued = None  # a prefetch not started yet never starts
             self._sizer.stopped()
+            # A block in flight that lands before `_tail` is done waiting
+            # joins the tail (handed back), never served.
             self._stop_waiting = True
+            return True
+
+    def _tail(self, wait_until: float) -> Block | None:
+        """The unused tail of a shut lock, once no reservation is in flight (see `stop`)."""
+        with self._cond:
             try:
                 while self._loading and self._pid == os.getpid():
                     if not self._cond.wait(max(0.0, wait_until - time.monotonic())):
@@ -782,9 +800,13 @@ def close_locks(
     value can be handed out twice.
     """
     deadline = time.monotonic() + timeout
+    # Every lock shut first, then the tails collected: while a lock is
+    # being waited for, the pool's workers no longer reserve blocks for
+    # the locks after it (each a round trip, then a tail to hand back).
+    shut = [lock for lock in locks if lock._shut()]
     tails = []
-    for lock in locks:
-        tail = lock.stop(wait_until=deadline if wait else 0.0)
+    for lock in shut:
+        tail = lock._tail(deadline if wait else 0.0)
         if release and tail is not None:
             tails.append((lock, tail))
     if not tails:

@@ -20,6 +20,7 @@ from autoseq import (
     SequenceLock,
     SequenceRegistry,
     StoreUnavailable,
+    prefetch,
     signals,
 )
 from autoseq.errors import InvalidCount
@@ -377,6 +378,47 @@ def test_close_leaves_nothing_loading() -> None:
     time.sleep(0.1)
     assert lock.stats()["loading"] is False
     assert store.reservations == reserved
+
+
+def test_close_of_many_locks_starts_no_reservation_once_begun() -> None:
+    """close_locks() shuts every lock before waiting for any prefetch in flight: meanwhile
+    the pool's workers start no reservation for the locks after it (each a round trip,
+    then a tail to hand back), and every tail, in-flight blocks included, goes back."""
+    memory = MemoryStore()
+    gate = threading.Event()
+    gate.set()
+    entered: list[str] = []
+
+    class Gated(FlakyStore):
+        def reserve(self, name: str, count: int) -> Any:
+            entered.append(name)
+            assert gate.wait(5)
+            return super().reserve(name, count)
+
+    registry = SequenceRegistry(Gated(memory), policy=BufferPolicy(max_batch_count=10))
+    locks = [registry.register(SequenceConfig(f"g{i:02d}", batch_count=10)) for i in range(20)]
+    assert [lock.next() for lock in locks] == [1] * 20  # first blocks, reserved inline
+    gate.clear()
+    assert [lock.next() for lock in locks] == [2] * 20  # past the prefetch point: 20 tasks
+    deadline = time.monotonic() + 2
+    while not (any(lock._loading for lock in locks) and prefetch.shared().queued()):
+        assert time.monotonic() < deadline, "no prefetch in flight with others queued"
+        time.sleep(0.001)
+    opened: list[int] = []
+
+    def open_once_all_shut() -> None:
+        deadline = time.monotonic() + 1
+        while not all(lock._closed for lock in locks) and time.monotonic() < deadline:
+            time.sleep(0.001)
+        opened.append(len(entered))
+        gate.set()
+
+    opener = threading.Thread(target=open_once_all_shut)
+    opener.start()
+    assert registry.close_locks() == []
+    opener.join()
+    assert len(entered) == opened[0], f"{entered[opened[0] :]} reserved during close"
+    assert {memory.read(lock.name).current for lock in locks} == {3}
 
 
 def test_low_remaining_warns_once(caplog: pytest.LogCaptureFixture) -> None:
