@@ -11,6 +11,7 @@ from mongo_server import CommandLog, MongoServer
 
 from autoseq import InvalidSequenceConfig, SequenceConfig, StoreUnavailable
 from autoseq.stores import MongoStore
+from autoseq.stores.base import Block, release_many
 from autoseq.testing.contract import MaintenanceContract, StoreContract
 
 pytestmark = pytest.mark.mongodb
@@ -72,6 +73,35 @@ def test_warm_reservation_is_one_round_trip(mongo_server: MongoServer, mongo_db_
     sent = [name for name, _ in counter.commands[before:]]
     assert sent == ["findAndModify"] * 10
     assert store.read("orders").current == 1001
+    client.close()
+
+
+def test_release_many_is_one_bulk_write(mongo_server: MongoServer, mongo_db_name: str) -> None:
+    """Issue 34: handing back 300 blocks is one bulk write, not a findAndModify per block;
+    each is still its own compare-and-set (a block reserved past stays a gap), and a
+    fresh store continues every row from the tail handed back."""
+    counter = CommandLog()
+    client = mongo_server.client(event_listeners=[counter.listener])
+    store = MongoStore(client[mongo_db_name])
+    names = [f"h{i:03d}" for i in range(300)]
+    store.create_many([SequenceConfig(name) for name in names])
+    blocks = [store.reserve(name, 10) for name in names]
+    store.reserve("h007", 5)  # reserved past h007's block
+    tails = [Block(block.name, 4, 10, 1, block.row) for block in blocks]
+    before = len(counter.commands)
+    went = release_many(store, tails)
+    sent = [name for name, _ in counter.commands[before:]]
+    assert went == [name != "h007" for name in names]
+    # h007 refused its update: one read says which went (secantusdb pages it with getMore)
+    assert sent[:2] == ["update", "find"]
+    assert set(sent[2:]) <= {"getMore"}
+    assert release_many(store, tails[:3]) == [False] * 3  # re-sent: no rewind
+    before = len(counter.commands)
+    assert release_many(store, [store.reserve("h001", 2)]) == [True]
+    assert [name for name, _ in counter.commands[before:]][-1:] == ["update"]  # all went
+    fresh = MongoStore(client[mongo_db_name])
+    assert {fresh.reserve(name, 1).first for name in names if name != "h007"} == {4}
+    assert fresh.reserve("h007", 1).first == 16
     client.close()
 
 

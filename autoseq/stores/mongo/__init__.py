@@ -34,12 +34,12 @@ import time
 import uuid
 import weakref
 from collections.abc import Callable, Mapping
-from datetime import UTC
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import pymongo
 from bson.codec_options import CodecOptions
-from pymongo import ReturnDocument
+from pymongo import ReturnDocument, UpdateOne
 from pymongo.database import Database
 from pymongo.errors import BulkWriteError, ConfigurationError, DuplicateKeyError, PyMongoError
 from pymongo.read_concern import ReadConcern
@@ -537,6 +537,59 @@ class MongoStore:
         self._rows[block.name] = updated
         return True
 
+    def release_many(self, blocks: list[Block]) -> list[bool]:
+        """``release`` of each block in one unordered ``bulk_write`` (one round trip).
+
+        Each ``UpdateOne`` is the compare-and-set of `release`: ``current``
+        and ``version`` must still be what the block left. A bulk write
+        counts the updates without saying which went: when every block went
+        (the common case at shutdown) that is exact; otherwise one ``find``
+        of the rows tells, a row that went being at the version, ``current``
+        and ``updated_at`` this call wrote. Not one transaction: a store
+        failure part way may leave some blocks handed back and raises.
+        """
+        if not blocks:
+            return []
+        for block in blocks:
+            validate_name(block.name)
+        if len({block.name for block in blocks}) != len(blocks):
+            return [self.release(block) for block in blocks]
+        now = utc_now()
+        updates = [
+            UpdateOne(
+                {
+                    "_id": block.name,
+                    "current": block.last + block.step,
+                    **_version_is({"version": block.version}),
+                },
+                {"$set": {"current": block.first, "updated_at": now, "version": block.version + 1}},
+            )
+            for block in blocks
+        ]
+
+        def write() -> list[Mapping[str, Any]] | None:
+            result = self.collection.bulk_write(updates, ordered=False)
+            if result.modified_count == len(blocks):
+                return None
+            return list(
+                self.collection.find(
+                    {"_id": {"$in": [b.name for b in blocks]}},
+                    {"current": 1, "version": 1, "updated_at": 1},
+                    batch_size=len(blocks),
+                )
+            )
+
+        found = self._run("release", f"releasing {len(blocks)} block(s)", None, write)
+        if found is None:
+            went = [True] * len(blocks)
+        else:
+            stored = {row["_id"]: row for row in found}
+            went = [_released(stored.get(block.name), block, now) for block in blocks]
+        for block, ok in zip(blocks, went, strict=True):
+            if ok:
+                self._rows.pop(block.name, None)  # read again on its next reservation
+        return went
+
     def compare_and_set(self, row: SequenceConfig, version: int) -> SequenceConfig | None:
         document = _document(row)
         del document["_id"]
@@ -662,6 +715,24 @@ def _is_client(source: object) -> bool:
 def _document(config: SequenceConfig) -> dict[str, Any]:
     row = config.as_row()
     return {"_id": row.pop("name"), **row, "updated_at": utc_now()}
+
+
+def _released(stored: Mapping[str, Any] | None, block: Block, now: datetime) -> bool:
+    """Whether ``stored`` is the row ``block``'s hand-back at ``now`` wrote."""
+    if stored is None:
+        return False
+    written = stored.get("updated_at")
+    if isinstance(written, datetime):  # MongoDB keeps milliseconds
+        written = written.replace(tzinfo=UTC) if written.tzinfo is None else written
+        stamp = now.replace(microsecond=now.microsecond // 1000 * 1000)
+        same_time = written == stamp
+    else:
+        same_time = False
+    return (
+        stored.get("version") == block.version + 1
+        and stored.get("current") == block.first
+        and same_time
+    )
 
 
 def _version_is(stored: Mapping[str, Any]) -> dict[str, Any]:
