@@ -1030,7 +1030,7 @@ class SQLStore:
         params: dict[str, Any] = {"now": utc_now()}
         if self.dialect == "sqlite":
             params["blocks"] = json.dumps(
-                [[b.name, b.version, b.last + b.step, b.first] for b in sent]
+                [[b.name, b.version, b.last + b.step, b.first] for b in sent], ensure_ascii=False
             )
         else:
             params["names"] = [b.name for b in sent]
