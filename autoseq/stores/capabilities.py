@@ -57,7 +57,11 @@ class ReadsColumnMax(Protocol):
 
 @runtime_checkable
 class ReleasesMany(Protocol):
-    """Hands many blocks back in one transaction (``release`` of each, one commit)."""
+    """Hands many blocks back in few round trips (``release`` of each, the same compare-and-set).
+
+    One transaction on SQL; a pipeline (Redis) or an unordered bulk write (MongoDB)
+    elsewhere: a failure part way leaves the blocks not yet handed back as gaps.
+    """
 
     def release_many(self, blocks: list[Block]) -> list[bool]:
         """``release(block)`` of each, in order; whether each went back."""
