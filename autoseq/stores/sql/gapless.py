@@ -652,7 +652,7 @@ def cursor_statement(statement: Any, dialect: str) -> CursorStatement:
 
 
 def cursor_run(cursor: Callable[[], Any], dialect: str) -> Run:
-    """A [`Run`][autoseq.stores.sql.gapless.Run] executing on ``cursor()``, in that
+    """A ``Run`` (how this module executes a statement) on ``cursor()``, in that
     connection's transaction.
 
     ``cursor()`` opens a DB-API cursor that is its own context manager and takes
