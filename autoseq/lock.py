@@ -39,7 +39,6 @@ import threading
 import time
 import warnings
 import weakref
-from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
@@ -203,7 +202,9 @@ class SequenceLock:
             budget=shared_budget(),
         )
         self._backoff = Backoff(policy.retry_initial, policy.retry_max)
-        self._turns: deque[object] = deque()  # batch=False callers, in arrival order
+        # batch=False callers, in arrival order (a list: an empty deque costs 760 bytes a
+        # sequence, a list 56, and the line is short)
+        self._turns: list[object] = []
         self._loading = False
         self._closed = False
         self._demand = 1  # values the latest call that reached the slow path asked for
