@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 from mongo_server import CommandLog, MongoServer
 
-from autoseq import InvalidSequenceConfig, SequenceConfig, StoreUnavailable
+from autoseq import InvalidSequenceConfig, SequenceConfig, SequenceRegistry, StoreUnavailable
 from autoseq.stores import MongoStore
-from autoseq.stores.base import Block, release_many
+from autoseq.stores.base import Block, release_many, reserve_many
+from autoseq.stores.capabilities import ReservesMany
 from autoseq.testing.contract import MaintenanceContract, StoreContract
 
 pytestmark = pytest.mark.mongodb
@@ -102,6 +103,61 @@ def test_release_many_is_one_bulk_write(mongo_server: MongoServer, mongo_db_name
     fresh = MongoStore(client[mongo_db_name])
     assert {fresh.reserve(name, 1).first for name in names if name != "h007"} == {4}
     assert fresh.reserve("h007", 1).first == 16
+    client.close()
+
+
+def test_warm_of_1000_sequences_is_one_bulk_write(
+    mongo_server: MongoServer, mongo_db_name: str
+) -> None:
+    """Issue 34: warm() of 1,000 loaded sequences is one bulk write of compare-and-sets
+    (one update command) instead of a findAndModify per sequence on first use, and each
+    first value then comes from memory."""
+    counter = CommandLog()
+    client = mongo_server.client(event_listeners=[counter.listener])
+    store = MongoStore(client[mongo_db_name])
+    names = [f"w{i:04d}" for i in range(1000)]
+    store.create_many([SequenceConfig(name) for name in names])
+    registry = SequenceRegistry(MongoStore(client[mongo_db_name]))
+    registry.load()  # remembers every row: nothing is read again to plan
+    locks = [registry.get(name) for name in names]
+    before = len(counter.commands)
+    warmed = registry.warm()
+    warm = [name for name, _ in counter.commands[before:]]
+    before = len(counter.commands)
+    assert [lock.next() for lock in locks] == [1] * 1000
+    first_values = [name for name, _ in counter.commands[before:]]
+    assert (warmed, len(warm), len(first_values)) == (1000, 1, 0)
+    assert warm == ["update"]
+    assert isinstance(store, ReservesMany)
+    assert {store.read(name).current for name in names[:5]} == {101}
+    registry.close_locks()
+    client.close()
+
+
+def test_reserve_many_plans_again_rows_another_store_moved(
+    mongo_server: MongoServer, mongo_db_name: str
+) -> None:
+    """Rows another process reserved from since this store read them miss the bulk write's
+    compare-and-set: one find says which went, those are planned from the rows it read
+    and written by a second bulk write; every row gets reserve()'s block, none overlaps."""
+    counter = CommandLog()
+    client = mongo_server.client(event_listeners=[counter.listener])
+    store = MongoStore(client[mongo_db_name])
+    names = [f"m{i:03d}" for i in range(60)]
+    store.create_many([SequenceConfig(name) for name in names])
+    other = MongoStore(mongo_server.url, database=mongo_db_name)
+    taken = {name: other.reserve(name, 10) for name in names[::2]}
+    before = len(counter.commands)
+    blocks = reserve_many(store, [(name, 5) for name in names])
+    sent = [name for name, _ in counter.commands[before:]]
+    assert [name for name in sent if name != "getMore"] == ["update", "find", "update"]
+    for name, block in zip(names, blocks, strict=True):
+        assert block is not None
+        first = 11 if name in taken else 1
+        assert (block.first, block.last, block.version) == (first, first + 4, block.row.version)
+        assert store.read(name).current == first + 5
+    assert [other.reserve(name, 1).first for name in names[:2]] == [16, 6]
+    other.close()
     client.close()
 
 

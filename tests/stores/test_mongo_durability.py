@@ -19,7 +19,8 @@ from pymongo.hello import Hello
 from pymongo.server_description import ServerDescription
 
 from autoseq import SequenceConfig, doctor
-from autoseq.errors import InvalidSequenceConfig
+from autoseq.errors import InvalidSequenceConfig, StoreUnavailable
+from autoseq.stores.base import reserve_many
 from autoseq.stores.mongo import MongoStore, PrimaryWatch
 from autoseq.stores.mongo.workers import MongoWorkers
 
@@ -127,3 +128,63 @@ def test_a_new_election_id_is_a_failover() -> None:
     assert watch.note([_primary("7fffffff0000000000000002")]) is True
     assert watch.note([_primary("7fffffff0000000000000002")]) is False
     assert watch.note([_primary("7fffffff0000000000000002", version=2)]) is True
+
+
+def test_reserve_many_writes_at_the_stores_write_concern(url: str, mongo_server: Any) -> None:
+    """reserve_many's bulk write asks for w:majority, as reserve's findAndModify does: a
+    block is used only once a failover cannot roll it back."""
+    from pymongo import monitoring
+
+    sent: list[tuple[str, Any]] = []
+
+    class Listener(monitoring.CommandListener):
+        def started(self, event: monitoring.CommandStartedEvent) -> None:
+            sent.append((event.command_name, event.command.get("writeConcern")))
+
+        def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+            pass
+
+        def failed(self, event: monitoring.CommandFailedEvent) -> None:
+            pass
+
+    client = mongo_server.client(event_listeners=[Listener()])
+    store = MongoStore(client[url.rsplit("/", 1)[1]])
+    try:
+        store.create_many([SequenceConfig("a"), SequenceConfig("b")])
+        store.reserve("a", 10)
+        assert [block.first for block in reserve_many(store, [("a", 5), ("b", 5)])] == [11, 1]
+    finally:
+        client.close()
+    writes = [(name, concern) for name, concern in sent if name in ("findAndModify", "update")]
+    assert writes == [("findAndModify", {"w": "majority"}), ("update", {"w": "majority"})]
+
+
+def test_reserve_many_serves_nothing_its_write_concern_did_not_confirm(
+    url: str, store: MongoStore
+) -> None:
+    """A write concern the server cannot satisfy (w:3 on one node): the rows are written,
+    but reserve_many raises StoreUnavailable and hands no block out, as reserve does; the
+    values written are skipped, never served."""
+    store.create_many([SequenceConfig("a"), SequenceConfig("b")])
+    weak = MongoStore(url, write_concern=3)
+    try:
+        weak.read_all()
+        with pytest.raises(StoreUnavailable, match="reserving from 2 sequence"):
+            reserve_many(weak, [("a", 10), ("b", 10)])
+        with pytest.raises(StoreUnavailable, match="reserving from sequence 'a'"):
+            weak.reserve("a", 10)
+    finally:
+        weak.close()
+    assert [store.read(name).current for name in ("a", "b")] == [21, 11]
+
+
+def test_reserve_many_marks_its_blocks_after_a_new_primary(
+    store: MongoStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Blocks reserve_many made on a primary other than before say failover (the locks drop
+    what they buffered), as reserve's do."""
+    store.create_many([SequenceConfig("a"), SequenceConfig("b")])
+    assert [block.failover for block in reserve_many(store, [("a", 5), ("b", 5)])] == [False] * 2
+    monkeypatch.setattr(store.primary, "observe", lambda client: True)
+    blocks = reserve_many(store, [("a", 5), ("b", 5)])
+    assert [(block.first, block.failover) for block in blocks] == [(6, True), (6, True)]

@@ -61,6 +61,7 @@ from autoseq.stores.base import (
     Block,
     check_configs,
     check_count,
+    check_requests,
     first_configs,
     plan_reservation,
     reset_after_fork,
@@ -84,6 +85,12 @@ _COLLECTION_NAME = re.compile(r"^(?!system\.)[^$\x00]{1,120}$")
 #: (or a hand edit, valid or not) changed any since the row was read, so the
 #: row is read again and checked before a block is planned from it.
 _PLAN_FIELDS = ("start", "end", "step", "cycle", "batch", "batch_count")
+#: Names one bulk write of `MongoStore.reserve_many` reserves for: one operation stays
+#: well inside ``timeout`` (1,000 took 1.4 s on secantusdb holding 10,000 rows).
+MANY_CHUNK = 1_000
+#: Bulk writes per chunk: a row that moved under another writer is read and tried again
+#: this many times in all, then left to ``reserve``.
+MANY_ROUNDS = 3
 
 
 def validate_collection_name(collection: object) -> str:
@@ -510,6 +517,126 @@ class MongoStore:
             ),
         )
 
+    def reserve_many(self, requests: list[tuple[str, int]]) -> list[Block | None]:
+        """A block of many sequences in few round trips, each `reserve`'s compare-and-set.
+
+        Rows are planned from the documents this store remembers (``load``
+        and ``register_many`` leave every one; the others come in one
+        ``find``), then written by one unordered ``bulk_write`` per
+        `MANY_CHUNK` names: an ``UpdateOne`` filtered on the ``current``,
+        ``version`` and settings planned from, at the store's write concern,
+        so a block is used only once a failover cannot roll it back. When
+        not every update matched, one ``find`` says which went (a row at the
+        version this call wrote, with its token) and gives the others' rows
+        to plan again, up to `MANY_ROUNDS` times. None for a row missing,
+        invalid, exhausted or whose block would wrap (left to ``reserve``),
+        for a name after its first, and for a row still moving under other
+        writers. A failure after some blocks came back returns those (the
+        rest None); before, it raises ``StoreUnavailable``.
+        """
+        items = check_requests(requests)
+        out: list[Block | None] = [None] * len(items)
+        wanted: dict[str, tuple[int, int]] = {}
+        for at, (name, count) in enumerate(items):
+            wanted.setdefault(name, (at, count))
+        names = list(wanted)
+        got: list[Block] = []
+        try:
+            for start in range(0, len(names), MANY_CHUNK):
+                chunk = {name: wanted[name][1] for name in names[start : start + MANY_CHUNK]}
+                self._reserve_chunk(chunk, got)
+        except StoreUnavailable:
+            if not got:
+                raise
+            log.debug("reserve_many: stopped after %d block(s); the rest reserve alone", len(got))
+        if got and self.primary.observe(self._client):
+            got = [dataclasses.replace(block, failover=True) for block in got]
+        for block in got:
+            out[wanted[block.name][0]] = block
+        self.reservations += len(got)
+        return out
+
+    def _reserve_chunk(self, counts: dict[str, int], got: list[Block]) -> None:
+        """Reserve from ``counts``' rows, a bulk write per round, adding to ``got`` the
+        blocks that went (kept there when a later round fails)."""
+        stored = self._rows_of(list(counts))
+        for _ in range(MANY_ROUNDS):
+            planned = _planned(stored, counts)
+            if not planned:
+                return
+            went, stored = self._write_blocks(planned)
+            got.extend(went)
+
+    def _rows_of(self, names: list[str]) -> dict[str, Mapping[str, Any]]:
+        """The remembered document of each name, the others read in one ``find``."""
+        rows = {name: self._rows[name] for name in names if name in self._rows}
+        unknown = [name for name in names if name not in rows]
+        if unknown:
+            found = self._run(
+                "reserve",
+                f"reading {len(unknown)} sequence(s) to reserve from",
+                None,
+                lambda: list(
+                    self.collection.find({"_id": {"$in": unknown}}, batch_size=len(unknown))
+                ),
+            )
+            rows.update((row["_id"], row) for row in found)
+        return rows
+
+    def _write_blocks(
+        self, planned: dict[str, tuple[Block, Mapping[str, Any]]]
+    ) -> tuple[list[Block], dict[str, Mapping[str, Any]]]:
+        """Write every planned block in one bulk write: (blocks that went, the rows of
+        those that did not, as read after it)."""
+        token = uuid.uuid4().hex  # marks this call's writes, for the read that says which went
+        now = utc_now()
+        now = now.replace(microsecond=now.microsecond // 1000 * 1000)  # what MongoDB keeps
+        changes = {
+            name: {
+                "current": block.last + block.step,
+                "updated_at": now,
+                "version": block.version,
+                "reserved_by": token,
+            }
+            for name, (block, _) in planned.items()
+        }
+        updates = [
+            UpdateOne(_unchanged(name, row), {"$set": changes[name]})
+            for name, (_, row) in planned.items()
+        ]
+        found = self._bulk_reserve(list(planned), updates)
+        went: list[Block] = []
+        others: dict[str, Mapping[str, Any]] = {}
+        for name, (block, stored) in planned.items():
+            row = found.get(name, {}) if found is not None else changes[name]
+            if row.get("reserved_by") == token and row.get("version") == block.version:
+                self._rows[name] = {**stored, **changes[name]}
+                went.append(block)
+            elif row:
+                others[name] = row
+            else:
+                self._rows.pop(name, None)  # deleted meanwhile
+        return went, others
+
+    def _bulk_reserve(
+        self, names: list[str], updates: list[UpdateOne]
+    ) -> dict[str, Mapping[str, Any]] | None:
+        """Send ``updates`` (of the rows ``names``) in one unordered bulk write; None when
+        every one went, else each row as it is now (a missing row absent)."""
+        what = f"reserving from {len(updates)} sequence(s)"
+        result = self._run(
+            "reserve", what, None, lambda: self.collection.bulk_write(updates, ordered=False)
+        )
+        if result.modified_count == len(updates):
+            return None
+        found = self._run(
+            "reserve",
+            f"reading which of {len(names)} reservation(s) went",
+            None,
+            lambda: list(self.collection.find({"_id": {"$in": names}}, batch_size=len(names))),
+        )
+        return {row["_id"]: row for row in found}
+
     def release(self, block: Block) -> bool:
         validate_name(block.name)
         updated = self._run(
@@ -745,6 +872,39 @@ def _version_is(stored: Mapping[str, Any]) -> dict[str, Any]:
 
 def _config(stored: Mapping[str, Any]) -> SequenceConfig:
     return SequenceConfig.from_row({**stored, "name": stored["_id"]})
+
+
+def _unchanged(name: str, stored: Mapping[str, Any]) -> dict[str, Any]:
+    """A filter matching ``name``'s row only while it is ``stored``: the same ``current``,
+    version and settings, so a block planned from ``stored`` is what the server would plan.
+
+    The version is pinned as read (absent: still absent), never as `_version_is`'s ``$or``:
+    secantusdb then scans the collection for each update instead of using ``_id`` (200
+    updates of a bulk write took 3.4 s on 1,000 rows instead of 0.3 s).
+    """
+    version = stored.get("version", {"$exists": False})
+    guard = {"_id": name, "current": stored["current"], "version": version}
+    guard.update({field: stored[field] for field in _PLAN_FIELDS})
+    return guard
+
+
+def _planned(
+    stored: Mapping[str, Mapping[str, Any]], counts: Mapping[str, int]
+) -> dict[str, tuple[Block, Mapping[str, Any]]]:
+    """The block `MongoStore.reserve` would take of each name's ``stored`` row, with that row;
+    a row missing, invalid, exhausted or about to wrap is left out (``reserve`` says why)."""
+    planned: dict[str, tuple[Block, Mapping[str, Any]]] = {}
+    for name, count in counts.items():
+        row = stored.get(name)
+        if row is None:
+            continue
+        try:
+            block, _ = plan_reservation(_config(row), count)
+        except (InvalidSequenceConfig, SequenceExhausted):
+            continue
+        if not block.cycled:
+            planned[name] = (block, row)
+    return planned
 
 
 def row_document(config: SequenceConfig) -> dict[str, Any]:
