@@ -174,3 +174,19 @@ def make_app_database(url: str) -> str:
     if parsed.get_backend_name() == "sqlite" and parsed.database:
         sqlite3.connect(parsed.database).close()
     return url
+
+
+def redis_requests(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A one-item list counting the requests every Redis connection of this process sends
+    from now on: one per command, one per pipeline (its commands go out together)."""
+    import redis.connection
+
+    sent = [0]
+    send = redis.connection.AbstractConnection.send_packed_command
+
+    def counted(connection: Any, command: Any, check_health: bool = True) -> None:
+        sent[0] += 1
+        send(connection, command, check_health)
+
+    monkeypatch.setattr(redis.connection.AbstractConnection, "send_packed_command", counted)
+    return sent

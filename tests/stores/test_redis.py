@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 import redis
-from backends import REDIS_URL, unavailable, unique_table
+from backends import REDIS_URL, redis_requests, unavailable, unique_table
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -30,10 +30,12 @@ from autoseq import (
     SequenceConfig,
     SequenceExhausted,
     SequenceNotFound,
+    SequenceRegistry,
     StoreUnavailable,
 )
 from autoseq.stores import Block, MemoryStore, RedisStore
-from autoseq.stores.base import release_many
+from autoseq.stores.base import release_many, reserve_many
+from autoseq.stores.capabilities import ReservesMany
 from autoseq.testing.contract import MaintenanceContract, StoreContract
 
 pytestmark = pytest.mark.redis
@@ -369,6 +371,9 @@ def test_decoding_client_is_accepted(redis_store: RedisStore) -> None:
     store.create(SequenceConfig("text"))
     assert list(store.reserve("text", 3).values()) == [1, 2, 3]
     assert [row.name for row in store.read_all()] == ["text"]
+    [block] = reserve_many(store, [("text", 3)])
+    assert block is not None
+    assert list(block.values()) == [4, 5, 6]
     store.close()
     assert client.ping()  # the caller's client stays open
     client.close()
@@ -716,6 +721,71 @@ def test_release_many_is_one_pipeline(redis_store: RedisStore, monkeypatch: Any)
     assert pipelines == [300]
     assert {redis_store.read(name).current for name in names if name != "h007"} == {4}
     assert redis_store.read("h007").current == 16
+
+
+# many sequences (issue 34) ---------------------------------------------------------
+
+
+def test_warm_of_1000_loaded_sequences_is_a_few_round_trips(
+    redis_store: RedisStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 34: warm() of 1,000 loaded sequences sends the reserve script of every row in
+    one pipeline, not one or two round trips per sequence on first use; each first value
+    then comes from memory."""
+    names = [f"w{i:04d}" for i in range(1000)]
+    SequenceRegistry(redis_store).register_many([SequenceConfig(name) for name in names])
+    store = _peer(redis_store)  # another process's: it knows nothing yet
+    registry = SequenceRegistry(store)
+    registry.load()
+    locks = [registry.get(name) for name in names]
+    sent = redis_requests(monkeypatch)
+    warmed = registry.warm()
+    warm, sent[0] = sent[0], 0
+    assert [lock.next() for lock in locks] == [1] * 1000
+    # INFO replication (once per store), the rows' settings handed back, the reservations
+    assert (warmed, warm, sent[0]) == (1000, 3, 0)
+    assert isinstance(store, ReservesMany)
+    assert {redis_store.read(name).current for name in names[:5]} == {101}
+    registry.close_locks()
+    store.close()
+
+
+def test_reserve_many_gives_each_row_reserves_block(redis_store: RedisStore) -> None:
+    """Rows under the old and the new key names, one moved by another store meanwhile, a
+    missing and an exhausted one: reserve_many gives each what reserve would (None where
+    reserve would raise), the rows unknown to the store read in the same pipelines."""
+    _legacy_row(redis_store, "old", 501)
+    for name in ("a", "b"):
+        redis_store.create(SequenceConfig(name))
+    redis_store.create(SequenceConfig("done", end=3))
+    redis_store.reserve("done", 3)
+    store = _peer(redis_store)
+    store.read_all()
+    redis_store.reserve("b", 7)  # store's plan of b still holds: current is the script's
+    asked = [("old", 10), ("a", 5), ("b", 5), ("missing", 5), ("done", 1), ("a", 3)]
+    blocks = reserve_many(store, asked)
+    got = [(block.first, block.last, block.version) if block else None for block in blocks]
+    assert got == [(501, 510, 4), (1, 5, 1), (8, 12, 2), None, None, None]
+    assert redis_store.client.hget(redis_store.legacy_key("old"), "current") == b"511"
+    assert [redis_store.read(name).current for name in ("a", "b", "done")] == [6, 13, 4]
+    store.close()
+
+
+def test_reserve_many_uses_no_block_the_replicas_did_not_acknowledge(
+    redis_store: RedisStore,
+) -> None:
+    """replicas=1 on a Redis without one: the reservations are written, WAIT says none has
+    them, so reserve_many raises StoreUnavailable and hands out nothing, as reserve does;
+    the values written are skipped."""
+    for name in ("a", "b"):
+        redis_store.create(SequenceConfig(name))
+    store = _peer(redis_store, replicas=1, replica_timeout=0.05)
+    with pytest.raises(StoreUnavailable, match="0 of 1 Redis replica"):
+        reserve_many(store, [("a", 10), ("b", 10)])
+    with pytest.raises(StoreUnavailable, match="0 of 1 Redis replica"):
+        store.reserve("a", 10)
+    assert [redis_store.reserve(name, 1).first for name in ("a", "b")] == [21, 11]
+    store.close()
 
 
 def test_drop_all_is_a_deprecated_name_of_drop(redis_store: RedisStore) -> None:

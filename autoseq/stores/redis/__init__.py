@@ -49,6 +49,7 @@ it has seen keep a recreated row above values known to be used.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import threading
@@ -75,7 +76,7 @@ from autoseq.errors import (
     StoreUnavailable,
 )
 from autoseq.stores._errors import translating, unavailable
-from autoseq.stores.base import Block, check_count, reset_after_fork
+from autoseq.stores.base import Block, check_count, check_requests, reset_after_fork
 from autoseq.stores.capabilities import one_per_store
 
 if TYPE_CHECKING:
@@ -91,6 +92,13 @@ _FLAGS = {b"1": True, b"0": False}
 #: Any span this large reaches the last value: a row spans less than 2**64.
 _SPAN_CAP = 2**64
 _MAX_REPLANS = 10
+#: No settings known: the reserve script compares them, differs, and hands the row back.
+_NO_SETTINGS = [b""] * len(_PLAN_FIELDS)
+#: Names one `RedisStore.reserve_many` pipeline carries (per primary): its replies and
+#: ``WAIT`` stay well inside ``socket_timeout``.
+MANY_CHUNK = 1_000
+#: Pipelines per chunk and primary: rows whose settings were not known go again, once read.
+MANY_ROUNDS = 3
 
 # A cluster client raises RedisClusterException (not a RedisError) when no node answers.
 _REDIS_ERRORS = (redis.RedisError, RedisClusterException)
@@ -410,6 +418,20 @@ class RedisStore:
         self._keys[(name, kind)] = key
         return key
 
+    def resolve_keys(self, names: list[str]) -> dict[str, str]:
+        """`resolve_key` of each row (``kind="seq"``): the names not asked yet in one pipeline."""
+        unknown = [name for name in dict.fromkeys(names) if (name, "seq") not in self._keys]
+        if unknown and not self.cluster:
+            pipe = self.client.pipeline(transaction=False)
+            for name in unknown:
+                pipe.exists(self.key(name))
+                pipe.exists(self.legacy_key(name))
+            found = pipe.execute()
+            for name, has_key, has_legacy in zip(unknown, found[::2], found[1::2], strict=True):
+                legacy = has_legacy and not has_key
+                self._keys[(name, "seq")] = self.legacy_key(name) if legacy else self.key(name)
+        return {name: self.resolve_key(name) for name in names}
+
     def moved_from_legacy(self, name: str, kind: str, key: str) -> bool:
         """Whether ``key`` was a legacy key that has since gone: True means look again."""
         if key == self.key(name, kind):
@@ -633,33 +655,18 @@ class RedisStore:
         check_count(count)
         plan = self._plans.get(name)
         for _ in range(_MAX_REPLANS):
-            config, raw_settings = plan if plan is not None else (None, [b""] * len(_PLAN_FIELDS))
-            args: list[bytes | str | int] = [*raw_settings]
-            if config is not None:
-                span = min((count - 1) * config.step, _SPAN_CAP)
-                args += [
-                    config.last_value,
-                    span,
-                    "1" if config.cycle else "0",
-                    utc_now().isoformat(),
-                ]
-            else:  # nothing known yet: the script hands the row back
-                args += [0, 0, "0", utc_now().isoformat()]
+            config = plan[0] if plan is not None else None
+            stamp = utc_now().isoformat()
+            args = _reserve_args(plan, count, stamp, wrap=True)
             with self._errors("reserve", f"reserving from sequence {name!r}", name):
                 key = self.resolve_key(name)
                 reply, acknowledged, wanted = self.write_script(self._reserve, key, args, name)
             status = _bytes(reply[0])
             if status == b"ok":
-                raw = dict(zip(_PLAN_FIELDS, raw_settings, strict=True))
-                raw[b"current"] = _bytes(reply[3])
-                raw[b"version"] = _bytes(reply[5])
-                raw[b"updated_at"] = _bytes(args[-1])
-                row = self._decode(name, raw)
+                block = self._reserved_block(name, plan, reply, stamp)
                 self.reservations += 1
-                first, last = int(_bytes(reply[1])), int(_bytes(reply[2]))
-                self.replication.check(name, first, last, acknowledged, wanted)
-                failover = self.replication.failed_over(name)
-                return Block(name, first, last, row.step, row, bool(reply[4]), failover)
+                self.replication.check(name, block.first, block.last, acknowledged, wanted)
+                return self._noticed(block)
             if status == b"stale":
                 plan = self._plan(name, _pairs(reply[1]))
                 continue
@@ -681,6 +688,203 @@ class RedisStore:
             "stop the process rewriting the row",
             name=name,
         )
+
+    def _reserved_block(
+        self, name: str, plan: tuple[SequenceConfig, list[bytes]] | None, reply: Any, stamp: str
+    ) -> Block:
+        """The block of an ``ok`` reply of the reserve script, sent with ``plan``'s settings."""
+        raw_settings = plan[1] if plan is not None else _NO_SETTINGS
+        raw = dict(zip(_PLAN_FIELDS, raw_settings, strict=True))
+        raw[b"current"] = _bytes(reply[3])
+        raw[b"version"] = _bytes(reply[5])
+        raw[b"updated_at"] = stamp.encode()
+        row = self._decode(name, raw)
+        first, last = int(_bytes(reply[1])), int(_bytes(reply[2]))
+        return Block(name, first, last, row.step, row, bool(reply[4]))
+
+    def _noticed(self, block: Block) -> Block:
+        """``block``, marked when another primary than before made it (a failover)."""
+        if self.replication.failed_over(block.name):
+            return dataclasses.replace(block, failover=True)
+        return block
+
+    def reserve_many(self, requests: list[tuple[str, int]]) -> list[Block | None]:
+        """A block of many sequences in few round trips, each row `reserve`'s script.
+
+        Per `MANY_CHUNK` names, one pipeline per primary holding them (one
+        on a single server): the reserve script for each row (one key each,
+        so a cluster's slots never meet in a script), then ``WAIT`` for that
+        primary's replicas as `reserve` waits, then ``INFO replication``. A
+        primary's blocks are used only once its replicas acknowledged them;
+        if they did not, they are skipped (gaps), its rows are None and it
+        is not asked again in this call. A row whose settings this store
+        has not read yet is handed back by the script and sent again with
+        them. None for a row missing,
+        invalid or exhausted (a cycling row is never wrapped here), for a
+        name after its first, and for the rows of a primary that failed; a
+        row near ``end`` gets its shorter block, as from `reserve`. A
+        failure before any block came back raises ``StoreUnavailable``.
+        """
+        items = check_requests(requests)
+        out: list[Block | None] = [None] * len(items)
+        wanted: dict[str, tuple[int, int]] = {}
+        for at, (name, count) in enumerate(items):
+            self.key(name)  # a bad name is refused before anything is sent
+            wanted.setdefault(name, (at, count))
+        names = list(wanted)
+        got: list[Block] = []
+        failed: dict[str, StoreUnavailable] = {}
+        try:
+            for start in range(0, len(names), MANY_CHUNK):
+                chunk = {name: wanted[name][1] for name in names[start : start + MANY_CHUNK]}
+                self._reserve_chunk(chunk, got, failed)
+        except StoreUnavailable as exc:
+            failed["*"] = exc
+        if failed and not got:
+            raise next(iter(failed.values()))
+        if failed:
+            log.warning(
+                "reserve_many: %d block(s) reserved, the other rows reserve alone: %s",
+                len(got),
+                next(iter(failed.values())),
+            )
+        for block in got:
+            out[wanted[block.name][0]] = block
+        self.reservations += len(got)
+        return out
+
+    def _reserve_chunk(
+        self, counts: dict[str, int], got: list[Block], failed: dict[str, StoreUnavailable]
+    ) -> None:
+        """Reserve from ``counts``' rows, adding the blocks to ``got``; a primary that fails
+        goes into ``failed`` (by address) and is not asked again."""
+        what = f"reserving from {len(counts)} sequence(s)"
+        with self._errors("reserve", what):
+            keys = self.resolve_keys(list(counts))
+        pending = list(counts)
+        for _ in range(MANY_ROUNDS):
+            with self._errors("reserve", what):
+                groups = self._by_primary(pending, keys)
+            pending = []
+            for node, (client, names) in groups.items():
+                if node in failed:
+                    continue
+                plans = {name: self._plans.get(name) for name in names}
+                try:
+                    replies = self._send_reservations(node, client, plans, keys, counts)
+                except StoreUnavailable as exc:
+                    failed[node] = exc
+                    continue
+                pending += self._take(replies, plans, keys, got)
+            if not pending:
+                return
+
+    def _by_primary(
+        self, names: list[str], keys: dict[str, str]
+    ) -> dict[str, tuple[Any, list[str]]]:
+        """``names`` grouped by the primary holding their key: {address: (client, names)}."""
+        groups: dict[str, tuple[Any, list[str]]] = {}
+        for name in names:
+            node, client = self._node(keys[name])
+            groups.setdefault(node, (client, []))[1].append(name)
+        return groups
+
+    def _send_reservations(
+        self,
+        node: str,
+        client: Any,
+        plans: dict[str, tuple[SequenceConfig, list[bytes]] | None],
+        keys: dict[str, str],
+        counts: dict[str, int],
+    ) -> dict[str, tuple[Any, str]]:
+        """The reserve script for each row of ``plans`` (all on the primary ``node``), in one
+        pipeline: {name: (reply, the time it wrote)}, a command refused left out. Sent
+        again once for rows a server without the script refused (it wrote nothing)."""
+        replies: dict[str, tuple[Any, str]] = {}
+        todo = list(plans)
+        for _ in range(2):
+            stamp = utc_now().isoformat()
+            args = {
+                name: _reserve_args(plans[name], counts[name], stamp, wrap=False) for name in todo
+            }
+            sent = self._pipelined(node, client, {name: keys[name] for name in todo}, args)
+            replies.update(
+                (name, (reply, stamp))
+                for name, reply in sent.items()
+                if not isinstance(reply, Exception)
+            )
+            todo = [n for n, r in sent.items() if isinstance(r, redis.exceptions.NoScriptError)]
+            if not todo:
+                break
+            with self._errors("reserve", "loading the reserve script"):
+                client.script_load(self._reserve.script)
+        return replies
+
+    def _pipelined(
+        self, node: str, client: Any, keys: dict[str, str], args: dict[str, list[Any]]
+    ) -> dict[str, Any]:
+        """One pipeline on the primary ``node``: the reserve script on each of ``keys``, then
+        ``WAIT`` and ``INFO replication``; each name's reply (an error as an exception).
+
+        ``StoreUnavailable`` when it fails or the replicas did not acknowledge every write
+        within ``replica_timeout``: no block of it may be served then.
+        """
+        replication = self.replication
+        with self._errors("reserve", f"reserving from {len(keys)} sequence(s)"):
+            if not replication.knows(node):
+                replication.note(node, self._replication_info(client))
+            wanted = replication.wanted(node)
+            pipe = client.pipeline(transaction=False)
+            for name, key in keys.items():
+                pipe.evalsha(self._reserve.sha, 1, key, *args[name])
+            if wanted:
+                pipe.wait(wanted, max(1, int(replication.timeout * 1000)))
+            pipe.info("replication")
+            try:
+                results = pipe.execute(raise_on_error=False)
+            except _REDIS_ERRORS:
+                if self.cluster:
+                    self._refresh()  # a node lost: the next call asks who holds its slots now
+                raise
+            if wanted and isinstance(results[len(keys)], Exception):
+                raise results[len(keys)]  # WAIT refused: the writes cannot be known replicated
+        replies = dict(zip(keys, results, strict=False))
+        if not isinstance(results[-1], Exception):  # INFO refused (an ACL): nothing learnt
+            for name in keys:
+                replication.note(node, results[-1], name)
+        acknowledged = int(results[len(keys)]) if wanted else 0
+        for name, reply in replies.items():
+            if not isinstance(reply, Exception) and _bytes(reply[0]) == b"ok":
+                first, last = int(_bytes(reply[1])), int(_bytes(reply[2]))
+                replication.check(name, first, last, acknowledged, wanted)
+        if self.cluster and any(isinstance(r, redis.exceptions.AskError) for r in results):
+            self._refresh()  # MOVED: a slot lives elsewhere now; its rows reserve alone
+        return replies
+
+    def _take(
+        self,
+        replies: dict[str, tuple[Any, str]],
+        plans: dict[str, tuple[SequenceConfig, list[bytes]] | None],
+        keys: dict[str, str],
+        got: list[Block],
+    ) -> list[str]:
+        """Add the blocks of ``ok`` replies to ``got``; the names to send again, whose
+        settings the script handed back (now read and planned)."""
+        again: list[str] = []
+        for name, (reply, stamp) in replies.items():
+            status = _bytes(reply[0])
+            if status == b"ok":
+                got.append(self._noticed(self._reserved_block(name, plans[name], reply, stamp)))
+            elif status == b"stale":
+                try:
+                    self._plan(name, _pairs(reply[1]))
+                except InvalidSequenceConfig:
+                    continue  # a row no sequence can hold: reserve() says what is wrong
+                again.append(name)
+            elif status == b"missing":
+                self._plans.pop(name, None)
+                self.moved_from_legacy(name, "seq", keys[name])
+        return again
 
     def write_script(
         self, script: Any, key: str, args: list[Any], name: str | None = None
@@ -1160,6 +1364,19 @@ def expected_replicas(info: Mapping[str, Any]) -> int:
     connected = int(info.get("connected_slaves", 0))
     lost = int(info.get("repl_backlog_active", 0)) and int(info.get("second_repl_offset", -1)) == -1
     return 1 if connected == 0 and lost else connected
+
+
+def _reserve_args(
+    plan: tuple[SequenceConfig, list[bytes]] | None, count: int, stamp: str, *, wrap: bool
+) -> list[bytes | str | int]:
+    """The reserve script's ARGV for ``count`` values planned with ``plan``; a cycling row
+    wraps only with ``wrap``. Without a plan the script hands the row back to read."""
+    if plan is None:
+        return [*_NO_SETTINGS, 0, 0, "0", stamp]
+    config, raw_settings = plan
+    span = min((count - 1) * config.step, _SPAN_CAP)
+    wraps = "1" if config.cycle and wrap else "0"
+    return [*raw_settings, config.last_value, span, wraps, stamp]
 
 
 def _row_args(config: SequenceConfig) -> list[str | int]:

@@ -12,11 +12,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from backends import unique_table
+from backends import redis_requests, unique_table
 
-from autoseq import BufferPolicy, SequenceConfig, SequenceLock, StoreUnavailable
+from autoseq import BufferPolicy, SequenceConfig, SequenceLock, SequenceRegistry, StoreUnavailable
 from autoseq.snowflake import Snowflake
 from autoseq.stores import RedisStore
+from autoseq.stores.base import reserve_many
 from autoseq.testing.contract import MaintenanceContract, StoreContract
 from autoseq.workers import worker_leases
 
@@ -143,6 +144,65 @@ def test_processes_never_share_a_value(cluster_store: RedisStore) -> None:
     print(f"cluster processes: {len(values):,} values, {twice:,} handed out twice")
     assert len(values) >= 5 * 3 * 2000
     assert twice == 0
+
+
+def test_warm_sends_one_pipeline_per_primary(
+    redis_cluster: LocalRedisCluster, cluster_store: RedisStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 34: warm() of 300 loaded sequences over three primaries sends the reserve
+    scripts in pipelines per primary (one key a script: slots never meet), each followed
+    by WAIT as reserve is; every first value then comes from memory and none repeats what
+    another store reserves."""
+    names = [f"w{i:03d}" for i in range(300)]
+    SequenceRegistry(cluster_store).register_many([SequenceConfig(name) for name in names])
+    probes: dict[int, str] = {}  # a sequence on each primary: reserving loads the script
+    for name in (f"probe{number}" for number in range(20)):
+        probes.setdefault(
+            cluster_store.client.get_node_from_key(cluster_store.key(name)).port, name
+        )
+    assert sorted(probes) == sorted(redis_cluster.primary_ports())
+    for name in probes.values():
+        cluster_store.create(SequenceConfig(name))
+        cluster_store.reserve(name, 1)
+    store = RedisStore(redis_cluster.url(), prefix=cluster_store.prefix)
+    registry = SequenceRegistry(store)
+    registry.load()
+    locks = [registry.get(name) for name in names]
+    store.persistence()  # connects to each primary (a connection's handshake is not warm's)
+    sent = redis_requests(monkeypatch)
+    warmed = registry.warm(names)
+    warm, sent[0] = sent[0], 0
+    assert [lock.next() for lock in locks] == [1] * 300
+    # per primary: INFO replication (once per store), settings handed back, reservations
+    assert (warmed, warm, sent[0]) == (300, 9, 0)
+    assert {cluster_store.reserve(name, 1).first for name in names} == {101}
+    registry.close_locks(release=False)
+    store.close()
+
+
+def test_reserve_many_with_a_primary_lost_serves_the_other_shards(
+    own_redis_cluster: Callable[..., LocalRedisCluster],
+) -> None:
+    """A primary killed: reserve_many gives the rows of the other shards their blocks and
+    None to the lost shard's (reserved alone, they say StoreUnavailable); asked only for the
+    lost shard's rows, it raises StoreUnavailable."""
+    cluster = own_redis_cluster()
+    store = RedisStore(cluster.url(), prefix=unique_table("lost"), socket_timeout=0.5)
+    try:
+        names = [f"t{number}" for number in range(30)]
+        for name in names:
+            store.create(SequenceConfig(name))
+        store.read_all()
+        victim = cluster.primary_ports()[1]
+        on_victim = [n for n in names if holder(cluster, store.key(n)) == victim]
+        cluster.node(victim).kill()
+        blocks = reserve_many(store, [(name, 10) for name in names])
+        assert [block is None for block in blocks] == [name in on_victim for name in names]
+        assert {block.first for block in blocks if block is not None} == {1}
+        with pytest.raises(StoreUnavailable, match="redis"):
+            reserve_many(store, [(name, 10) for name in on_victim])
+    finally:
+        store.close()
 
 
 def test_after_fork_on_a_callers_cluster_client(client_store: RedisStore) -> None:
