@@ -584,14 +584,16 @@ class RedisStore:
     def read_all(self) -> list[SequenceConfig]:
         names = self.names()
         with self._errors("read", "reading sequences"):
-            keys = [self.resolve_key(name) for name in names]
+            keys = self.resolve_keys(names)
             pipe = self.client.pipeline(transaction=False)
-            for key in keys:
-                pipe.hgetall(key)
+            for name in names:
+                pipe.hgetall(keys[name])
             rows = pipe.execute()
-        # A name whose hash is gone (deleted by hand) is skipped, not an error.
+        # A name whose hash is gone (deleted by hand) is skipped, not an error. Each row's
+        # settings are kept as read: its first reservation (reserve_many's too) then needs
+        # no round trip to learn them.
         found = [
-            self._decode(name, _pairs(raw)) for name, raw in zip(names, rows, strict=True) if raw
+            self._plan(name, _pairs(raw))[0] for name, raw in zip(names, rows, strict=True) if raw
         ]
         return sorted(found, key=lambda row: row.name)
 
@@ -718,8 +720,8 @@ class RedisStore:
         primary's blocks are used only once its replicas acknowledged them;
         if they did not, they are skipped (gaps), its rows are None and it
         is not asked again in this call. A row whose settings this store
-        has not read yet is handed back by the script and sent again with
-        them. None for a row missing,
+        has not read yet (``read_all`` reads them all) is handed back by the
+        script and sent again with them. None for a row missing,
         invalid or exhausted (a cycling row is never wrapped here), for a
         name after its first, and for the rows of a primary that failed; a
         row near ``end`` gets its shorter block, as from `reserve`. A

@@ -173,8 +173,8 @@ def test_warm_sends_one_pipeline_per_primary(
     warmed = registry.warm(names)
     warm, sent[0] = sent[0], 0
     assert [lock.next() for lock in locks] == [1] * 300
-    # per primary: INFO replication (once per store), settings handed back, reservations
-    assert (warmed, warm, sent[0]) == (300, 9, 0)
+    # per primary: INFO replication (once per store), the reservations
+    assert (warmed, warm, sent[0]) == (300, 6, 0)
     assert {cluster_store.reserve(name, 1).first for name in names} == {101}
     registry.close_locks(release=False)
     store.close()
