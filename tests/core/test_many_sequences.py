@@ -201,6 +201,146 @@ def test_warmed_registries_never_share_a_value(sql_store: Any) -> None:
     assert len(set(seen)) == len(seen), "a value was handed out twice"
 
 
+# warm on MongoDB and Redis -------------------------------------------------------
+
+NOSQL = [
+    pytest.param("mongodb", marks=pytest.mark.mongodb, id="mongodb"),
+    pytest.param("redis", marks=pytest.mark.redis, id="redis"),
+]
+
+
+def open_store(kind: str, where: str) -> Any:
+    """A store of ``kind`` on the rows at ``where`` (MongoDB: URL and database; Redis: the
+    key prefix): another process's view of the same rows."""
+    if kind == "mongodb":
+        from autoseq.stores import MongoStore
+
+        url, database = where.rsplit(" ", 1)
+        return MongoStore(url, database=database)
+    from backends import REDIS_URL
+
+    from autoseq.stores import RedisStore
+
+    return RedisStore(REDIS_URL, prefix=where)
+
+
+@pytest.fixture(params=NOSQL)
+def nosql_rows(request: pytest.FixtureRequest) -> Iterator[tuple[str, str]]:
+    """(kind, where) of a fresh set of rows on the session's MongoDB or the local Redis."""
+    from backends import unique_table
+
+    kind = request.param
+    if kind == "mongodb":
+        server = request.getfixturevalue("mongo_server")
+        yield kind, f"{server.url} {request.getfixturevalue('mongo_db_name')}"
+        return
+    import redis
+    from backends import REDIS_URL, unavailable
+
+    try:
+        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2).ping()
+    except redis.RedisError as exc:
+        unavailable("redis", f"cannot reach {REDIS_URL}: {exc}")
+    where = unique_table("autoseq_many")
+    yield kind, where
+    store = open_store(kind, where)
+    store.drop()
+    store.close()
+
+
+def _corrupt(store: Any, name: str, **fields: int) -> None:
+    """Edit ``name``'s stored row by hand, as an operator's shell would."""
+    if hasattr(store, "collection"):
+        store.collection.update_one({"_id": name}, {"$set": fields})
+    else:
+        store.client.hset(store.key(name), mapping={k: str(v) for k, v in fields.items()})
+
+
+def test_reserve_many_leaves_to_reserve_what_it_cannot_serve(nosql_rows: tuple[str, str]) -> None:
+    """MongoDB and Redis: an exhausted row, a cycling one at its end, a hand-broken one, a
+    missing one and a name asked twice get None and are not written; a row near its end
+    gets the shorter block reserve gives. reserve then raises, wraps or serves each."""
+    store = open_store(*nosql_rows)
+    for config in (
+        SequenceConfig("plain"),
+        SequenceConfig("done", end=3),
+        SequenceConfig("wraps", end=3, cycle=True),
+        SequenceConfig("near", end=10),
+        SequenceConfig("broken"),
+    ):
+        store.create(config)
+    for name, count in (("done", 3), ("wraps", 3), ("near", 7), ("broken", 1)):
+        store.reserve(name, count)
+    _corrupt(store, "broken", step=0)
+    untouched = ("done", "wraps", "broken")
+    versions = [store.read_raw(name)["version"] for name in untouched]
+    asked = [("plain", 5), ("done", 1), ("wraps", 2), ("near", 5), ("broken", 5)]
+    blocks = reserve_many(store, [*asked, ("missing", 5), ("plain", 5)])
+    got = [(block.first, block.last) if block else None for block in blocks]
+    assert got == [(1, 5), None, None, (8, 10), None, None, None]
+    assert [store.read_raw(name)["version"] for name in untouched] == versions
+    assert store.read("missing") is None
+    with pytest.raises(SequenceExhausted):
+        store.reserve("done", 1)
+    wrapped = store.reserve("wraps", 2)
+    assert (wrapped.first, wrapped.cycled) == (1, True)
+    with pytest.raises(InvalidStoredRow, match="broken"):
+        store.reserve("broken", 1)
+    store.close()
+
+
+def _warm_and_serve(kind: str, where: str, names: list[str], start: Any, out: Any) -> None:
+    """One process's part: load, warm at the same moment as the others, then serve every
+    sequence and reserve_many beside it; what it took goes to ``out``."""
+    store = open_store(kind, where)
+    registry = SequenceRegistry(store)
+    registry.load()
+    start.wait(60)
+    taken: list[tuple[str, int]] = []
+    try:
+        registry.warm()
+        for _ in range(15):
+            taken += [(name, registry.next(name)) for name in names]
+            for block in reserve_many(store, [(name, 3) for name in names]):
+                if block is not None:
+                    taken += [(block.name, value) for value in block.values()]
+    finally:
+        registry.close_locks(release=False)
+        out.put(taken)
+        store.close()
+
+
+def test_processes_warming_the_same_rows_never_share_a_value(
+    nosql_rows: tuple[str, str],
+) -> None:
+    """MongoDB and Redis: three processes load, warm at once and serve the same 40
+    sequences while each reserve_many's beside them: no value is handed out twice."""
+    import multiprocessing
+    from collections import Counter
+
+    names = [f"p{i:02d}" for i in range(40)]
+    store = open_store(*nosql_rows)
+    for name in names:
+        store.create(SequenceConfig(name, batch_count=7))
+    store.close()
+    context = multiprocessing.get_context("spawn")
+    start = context.Barrier(3)
+    out = context.Queue()
+    workers = [
+        context.Process(target=_warm_and_serve, args=(*nosql_rows, names, start, out))
+        for _ in range(3)
+    ]
+    for worker in workers:
+        worker.start()
+    taken = [pair for _ in workers for pair in out.get(timeout=300)]
+    for worker in workers:
+        worker.join(30)
+    assert [worker.exitcode for worker in workers] == [0, 0, 0]
+    twice = sum(n - 1 for n in Counter(taken).values() if n > 1)
+    assert len(taken) >= 3 * 15 * len(names)
+    assert twice == 0, f"{twice} value(s) handed out twice"
+
+
 # close -----------------------------------------------------------------------
 
 

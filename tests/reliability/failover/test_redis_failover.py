@@ -199,3 +199,53 @@ def test_a_forward_move_reaches_the_replica_before_it_returns(redis_pair: RedisP
         assert store.reserve("orders", 10).first == 1_000
     finally:
         store.close()
+
+
+def test_warm_serves_no_block_the_replica_lacks(redis_pair: RedisPair) -> None:
+    """The replica cut off: warm()'s reservations are written on the primary alone, WAIT
+    says so, and warm raises StoreUnavailable with no lock holding a block; the replica
+    promoted then has every row as it was, so nothing served could repeat."""
+    from autoseq import SequenceRegistry, StoreUnavailable
+
+    names = [f"s{i:03d}" for i in range(100)]
+    store = RedisStore(redis_pair.url(), socket_timeout=1.0)
+    promoted = RedisStore(redis_pair.url(), socket_timeout=1.0)
+    try:
+        SequenceRegistry(store).register_many([SequenceConfig(name) for name in names])
+        registry = SequenceRegistry(store)
+        registry.load()
+        redis_pair.cut_replica()
+        with pytest.raises(StoreUnavailable, match="0 of 1 Redis replica"):
+            registry.warm()
+        assert sum(registry.get(name).stats()["reservations"] for name in names) == 0
+        assert {store.read(name).current for name in names} == {101}  # on the primary only
+        redis_pair.fail_over()
+        assert {promoted.reserve(name, 1).first for name in names} == {1}
+    finally:
+        store.close()
+        promoted.close()
+
+
+def test_warmed_blocks_survive_a_failover_at_once(redis_pair: RedisPair) -> None:
+    """warm() of 200 sequences with the replica connected, then the primary lost and the
+    replica promoted at once: every warmed block was acknowledged by the replica before it
+    was served, so the promoted replica goes on above them and no value repeats."""
+    from autoseq import SequenceRegistry
+
+    names = [f"s{i:03d}" for i in range(200)]
+    store = RedisStore(redis_pair.url(), socket_timeout=1.0)
+    promoted = RedisStore(redis_pair.url(), socket_timeout=1.0)
+    try:
+        SequenceRegistry(store).register_many([SequenceConfig(name) for name in names])
+        registry = SequenceRegistry(store)
+        registry.load()
+        assert registry.warm() == 200
+        served = [registry.next(name) for name in names]
+        redis_pair.fail_over()
+        after = [promoted.reserve(name, 1).first for name in names]
+        assert served == [1] * 200
+        assert after == [101] * 200
+        registry.close_locks(release=False)
+    finally:
+        store.close()
+        promoted.close()
