@@ -10,8 +10,9 @@ the consumption rate, store outages are ridden out on what is buffered, and
 The parts: `autoseq.buffer.Buffer` keeps the blocks in hand (pure
 bookkeeping), `autoseq.pacing.BlockSizer` and
 `autoseq.pacing.Backoff` decide how much to reserve and when to try
-again, and [`SequenceLock`][autoseq.lock.SequenceLock] owns the lock, its condition variable, the
-store round trips and the prefetch task it hands the pool.
+again, and [`SequenceLock`][autoseq.lock.SequenceLock] owns the lock, the condition variable
+callers wait on (made only while one waits), the store round trips and the
+prefetch task it hands the pool.
 
 The fast path takes no lock where the interpreter has a GIL: the values
 the current block may serve before the slow path must look (the prefetch
@@ -187,7 +188,11 @@ class SequenceLock:
     def _reset_state(self) -> None:
         policy = self.policy
         self._lock = threading.Lock()
-        self._cond = threading.Condition(self._lock)
+        # Made by the first caller that has to wait and dropped when the last one
+        # leaves (`_wait`): a Condition costs about 1 KB (its deque of waiters, two
+        # bound methods), held by every idle sequence of thousands otherwise.
+        self._cond: threading.Condition | None = None
+        self._waiters = 0
         self._pid = os.getpid()
         # The buffer's armed run, read without the lock by next(); kept here
         # rather than on the buffer so the hot path is one attribute lookup.
@@ -233,6 +238,30 @@ class SequenceLock:
             yield
         finally:
             self._lock.acquire()
+
+    def _wait(self, timeout: float) -> bool:
+        """Wait (lock held) until `_notify_all` or ``timeout`` seconds; False on timeout.
+
+        ``threading.Condition.wait`` on the sequence's lock. The condition is
+        made here and dropped by the last waiter to leave: every wait and
+        every notify holds the lock, so a notify sees the condition of every
+        caller waiting then.
+        """
+        cond = self._cond
+        if cond is None:
+            cond = self._cond = threading.Condition(self._lock)
+        self._waiters += 1
+        try:
+            return cond.wait(timeout)
+        finally:
+            self._waiters -= 1
+            if not self._waiters:
+                self._cond = None
+
+    def _notify_all(self) -> None:
+        """Wake every caller in `_wait` (lock held); nothing to do when none waits."""
+        if self._cond is not None:
+            self._cond.notify_all()
 
     # serving --------------------------------------------------------------
 
@@ -312,7 +341,7 @@ class SequenceLock:
                 taken.append((out[0], out[-1], out[1] - out[0] if len(out) > 1 else 1))
                 if len(out) == n:
                     return out
-        with self._cond:
+        with self._lock:
             forked = self._pid != os.getpid()
             if not forked:
                 try:
@@ -355,7 +384,7 @@ class SequenceLock:
                 continue
             self._tally.waits += 1
             if self._loading:
-                if not self._cond.wait(max(0.0, deadline - time.monotonic())):
+                if not self._wait(max(0.0, deadline - time.monotonic())):
                     raise self._timed_out("block")
                 continue
             self._reserve_now(n - len(out))
@@ -405,7 +434,7 @@ class SequenceLock:
             head = self._turns[0]
             deadline = time.monotonic() + self.policy.wait_timeout
             while self._turns[0] is not turn or self._loading:
-                if not self._cond.wait(max(0.0, deadline - time.monotonic())):
+                if not self._wait(max(0.0, deadline - time.monotonic())):
                     raise self._timed_out("value")
                 if self._turns[0] is not head:
                     head = self._turns[0]
@@ -413,7 +442,7 @@ class SequenceLock:
             return self._reserve_now(shortfall)
         finally:
             self._turns.remove(turn)
-            self._cond.notify_all()
+            self._notify_all()
 
     def _reserve_now(self, shortfall: int) -> Block:
         """Reserve on the caller's thread; called with the lock held, let go meanwhile.
@@ -439,14 +468,14 @@ class SequenceLock:
                 block = self._reserve(count, prefetch=False)
         except BaseException as exc:
             self._loading = False
-            self._cond.notify_all()
+            self._notify_all()
             if isinstance(exc, StoreUnavailable):
                 signals.store_unavailable.send(self, name=self.name, error=exc)
             raise
         self._loading = False
         if self._batch:
             self._buffer.add(block)
-        self._cond.notify_all()
+        self._notify_all()
         return block
 
     def _bulk_buffer(self) -> int:
@@ -608,7 +637,7 @@ class SequenceLock:
         back), when the lock reserved meanwhile or wants none (see
         `first_block_wanted`).
         """
-        with self._cond:
+        with self._lock:
             if block.name != self.name or not self._first_block_open():
                 return False
             self._loading = True  # a caller arriving now waits for this block
@@ -617,10 +646,10 @@ class SequenceLock:
             at = time.monotonic() if started is None else started
             self._reserved(block, latency, at, prefetch=True)
         finally:
-            with self._cond:
+            with self._lock:
                 self._loading = False
                 self._buffer.add(block)
-                self._cond.notify_all()
+                self._notify_all()
         return True
 
     # prefetch, on the shared pool ---------------------------------------------
@@ -636,7 +665,7 @@ class SequenceLock:
                 return
             self._queued = None
             if self._closed or self._pid != os.getpid():
-                self._cond.notify_all()
+                self._notify_all()
                 return
             self._loading = True
             count = self._sizer.reservation(0, self._bulk_buffer())
@@ -652,7 +681,7 @@ class SequenceLock:
                     # the back-off is over; exhaustion is for the caller
                     # that empties the block to meet.
                     self._buffer.look_again_soon()
-                self._cond.notify_all()
+                self._notify_all()
             return
         with self._lock:
             self._loading = False
@@ -668,7 +697,7 @@ class SequenceLock:
                     self._settle()
                     buffer.serve_to_end()
                     self._arm()
-            self._cond.notify_all()
+            self._notify_all()
 
     # introspection and shutdown -------------------------------------------
 
@@ -740,7 +769,7 @@ class SequenceLock:
         shuts every lock first, so the shared pool's workers stop reserving
         blocks for locks about to close while it collects the tails.
         """
-        with self._cond:
+        with self._lock:
             if self._closed:
                 return False
             self._closed = True
@@ -753,10 +782,10 @@ class SequenceLock:
 
     def _tail(self, wait_until: float) -> Block | None:
         """The unused tail of a shut lock, once no reservation is in flight (see `stop`)."""
-        with self._cond:
+        with self._lock:
             try:
                 while self._loading and self._pid == os.getpid():
-                    if not self._cond.wait(max(0.0, wait_until - time.monotonic())):
+                    if not self._wait(max(0.0, wait_until - time.monotonic())):
                         break
             finally:
                 self._stop_waiting = False

@@ -156,6 +156,42 @@ def test_one_reservation_in_flight_per_sequence() -> None:
     assert all(part == sorted(part) for part in taken)
 
 
+def test_callers_waiting_on_a_reservation_all_wake_and_leave_no_condition_behind() -> None:
+    """Twice, 7 callers wait while an 8th reserves: all wake with distinct values, and once
+    none waits the lock keeps no condition variable (about 1 KB a sequence; issue 34)."""
+
+    class Gated(FlakyStore):
+        gate = threading.Event()
+
+        def reserve(self, name: str, count: int) -> Any:
+            assert self.gate.wait(10), "the test never opened the gate"
+            return super().reserve(name, count)
+
+    store = Gated(MemoryStore())
+    policy = BufferPolicy(prefetch=False, max_batch_count=8)
+    lock = SequenceRegistry(store, policy=policy).register(SequenceConfig("w", batch_count=8))
+    assert lock._cond is None
+    for episode in range(2):
+        Gated.gate.clear()
+        taken: list[int] = []
+        threads = [
+            threading.Thread(target=lambda got=taken: got.append(lock.next())) for _ in range(8)
+        ]
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 10
+        while lock._waiters < 7 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert lock._waiters == 7
+        assert lock._cond is not None
+        Gated.gate.set()
+        for thread in threads:
+            thread.join(10)
+        assert sorted(taken) == list(range(1 + 8 * episode, 9 + 8 * episode))
+        assert (lock._waiters, lock._cond) == (0, None)
+    lock.close()
+
+
 def test_outage_serves_buffer_then_fails_fast_then_recovers() -> None:
     """Store down: buffer served, then StoreUnavailable fast; store back: serving resumes."""
     lock, store = make(
