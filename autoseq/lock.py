@@ -166,6 +166,34 @@ class SequenceLock:
     (one step of a range iterator; see the module docstring).
     """
 
+    # Thousands of idle sequences each hold one (issue 34): no per-instance dict.
+    __slots__ = (
+        "__weakref__",
+        "_alarm",
+        "_backoff",
+        "_batch",
+        "_buffer",
+        "_closed",
+        "_cond",
+        "_demand",
+        "_fast",
+        "_floor",
+        "_high",
+        "_loading",
+        "_lock",
+        "_pid",
+        "_queued",
+        "_serving_since",
+        "_sizer",
+        "_stop_waiting",
+        "_tally",
+        "_turns",
+        "_waiters",
+        "name",
+        "policy",
+        "store",
+    )
+
     def __init__(
         self,
         name: str,
@@ -206,10 +234,12 @@ class SequenceLock:
             max_batch_count=policy.max_batch_count,
             budget=shared_budget(),
         )
-        self._backoff = Backoff(policy.retry_initial, policy.retry_max)
-        # batch=False callers, in arrival order (a list: an empty deque costs 760 bytes a
-        # sequence, a list 56, and the line is short)
-        self._turns: list[object] = []
+        # Made by a failed reservation, dropped by the next success: a sequence whose
+        # store answers holds none (thousands of idle sequences, issue 34).
+        self._backoff: Backoff | None = None
+        # batch=False callers, in arrival order, made on first use (a list: an empty deque
+        # costs 760 bytes a sequence, a list 56, and the line is short)
+        self._turns: list[object] | None = None
         self._loading = False
         self._closed = False
         self._demand = 1  # values the latest call that reached the slow path asked for
@@ -403,7 +433,7 @@ class SequenceLock:
         if not buffer.past_prefetch_point():
             return
         now = time.monotonic()
-        if self._backoff.waiting(now):
+        if self._backoff is not None and self._backoff.waiting(now):
             return  # store failing: look again on a later call, after the back-off
         # Past the prefetch point: from here on serve fast until the block
         # ends, and wake the worker once if nothing is buffered or loading.
@@ -428,20 +458,23 @@ class SequenceLock:
         back every time and starves the others. The wait timeout counts from
         the last time the line moved, so a long line is not a store outage.
         """
+        turns = self._turns
+        if turns is None:
+            turns = self._turns = []
         turn = object()
-        self._turns.append(turn)
+        turns.append(turn)
         try:
-            head = self._turns[0]
+            head = turns[0]
             deadline = time.monotonic() + self.policy.wait_timeout
-            while self._turns[0] is not turn or self._loading:
+            while turns[0] is not turn or self._loading:
                 if not self._wait(max(0.0, deadline - time.monotonic())):
                     raise self._timed_out("value")
-                if self._turns[0] is not head:
-                    head = self._turns[0]
+                if turns[0] is not head:
+                    head = turns[0]
                     deadline = time.monotonic() + self.policy.wait_timeout
             return self._reserve_now(shortfall)
         finally:
-            self._turns.remove(turn)
+            turns.remove(turn)
             self._notify_all()
 
     def _reserve_now(self, shortfall: int) -> Block:
@@ -452,7 +485,7 @@ class SequenceLock:
         """
         now = time.monotonic()
         backoff = self._backoff
-        if backoff.waiting(now) and backoff.error is not None:
+        if backoff is not None and backoff.waiting(now) and backoff.error is not None:
             raise StoreUnavailable(
                 f"sequence {self.name!r}: store unavailable ({backoff.error}); "
                 f"retrying in {backoff.retry_at - now:.2f}s",
@@ -563,11 +596,13 @@ class SequenceLock:
 
     def _note_failure(self, exc: BaseException) -> None:
         with self._lock:
+            if self._backoff is None:
+                self._backoff = Backoff(self.policy.retry_initial, self.policy.retry_max)
             self._backoff.failed(exc, time.monotonic())
 
     def _note_success(self, block: Block, latency: float, started: float) -> None:
         with self._lock:
-            self._backoff.succeeded()
+            self._backoff = None  # the store answers: the next failure starts afresh
             tally = self._tally
             # Served so far, the new block not yet counted nor in hand: the
             # sizer's rate is what was served between reservations.
@@ -716,7 +751,7 @@ class SequenceLock:
                 end_left = unreserved + left + buffered
                 if rate:
                     eta = end_left / rate
-            error = self._backoff.error
+            error = self._store_error()
             return {
                 "name": self.name,
                 "current_block_left": left,
@@ -733,6 +768,11 @@ class SequenceLock:
                 "loading": self._loading or self._queued is not None,
                 "store_error": None if error is None else str(error),
             }
+
+    def _store_error(self) -> BaseException | None:
+        """The store's latest error, until a reservation succeeds again."""
+        backoff = self._backoff
+        return None if backoff is None else backoff.error
 
     def close(self, *, release: bool = True, wait: bool = True) -> bool:
         """Stop the worker and hand back the unused tail; True if handed back.
@@ -936,7 +976,7 @@ def _close_all_at_exit() -> None:
     # Best effort: hand back what is unused unless the store is failing, and
     # never wait for a reservation in flight, so exit is never held up long.
     locks = list(_locks)
-    failing = [lock for lock in locks if lock._backoff.error is not None]
+    failing = [lock for lock in locks if lock._store_error() is not None]
     with contextlib.suppress(Exception):  # the interpreter is exiting
         close_locks(failing, release=False, wait=False)
         close_locks([lock for lock in locks if lock not in failing], wait=False)
