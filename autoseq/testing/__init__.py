@@ -12,11 +12,11 @@ import time
 
 from autoseq.config import SequenceConfig
 from autoseq.errors import StoreUnavailable
-from autoseq.stores.base import Block, SequenceStore
+from autoseq.stores.base import Block, SequenceStore, reserve_many
 
 
 class FlakyStore:
-    """Wraps a real store: adds ``delay`` seconds to each reservation, and can be cut.
+    """Wraps a real store: adds ``delay`` seconds to each reservation round trip, and can be cut.
 
     While ``down`` is True every call raises ``StoreUnavailable`` at once,
     as a store whose server went away would (after its own timeout).
@@ -62,6 +62,22 @@ class FlakyStore:
         with self._count_lock:
             self.reservations += 1
         return block
+
+    def reserve_many(self, requests: list[tuple[str, int]]) -> list[Block | None]:
+        """The inner store's ``reserve_many`` after one ``delay``: one round trip for all.
+
+        None for each request when the inner store cannot (see
+        `autoseq.stores.base.reserve_many`), so ``warm()`` on a slowed store
+        costs what it costs on a real one, not ``delay`` per sequence.
+        """
+        self._check("reserve_many")
+        if self.delay:
+            time.sleep(self.delay)
+        self._check("reserve_many")
+        blocks = reserve_many(self.inner, requests)
+        with self._count_lock:
+            self.reservations += sum(block is not None for block in blocks)
+        return blocks
 
     def release(self, block: Block) -> bool:
         self._check("release")

@@ -23,6 +23,7 @@ from autoseq.errors import (
     InvalidSequenceConfig,
     InvalidStoredRow,
     SequenceExhausted,
+    StoreUnavailable,
 )
 from autoseq.registry import WARM_CHUNK
 from autoseq.stores import MemoryStore
@@ -164,6 +165,30 @@ def test_a_block_a_lock_no_longer_wants_goes_back() -> None:
     assert other.adopt(block) is True
     assert [other.next() for _ in range(3)] == [1, 2, 3]
     assert other.stats()["reservations"] == 1
+
+
+def test_a_flaky_store_warms_in_one_delayed_round_trip_per_chunk(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """FlakyStore passes reserve_many on: warm() of 1,200 sequences sleeps its delay once per
+    WARM_CHUNK and counts 1,200 reservations; cut, it raises StoreUnavailable."""
+    import autoseq.testing
+    from autoseq.testing import FlakyStore
+
+    slept: list[float] = []
+    monkeypatch.setattr(autoseq.testing.time, "sleep", slept.append)
+    store = FlakyStore(MemoryStore(), delay=0.02)
+    registry = SequenceRegistry(store)
+    registry.register_many([SequenceConfig(f"f{i:04d}") for i in range(1200)])
+    assert registry.warm() == 1200
+    assert slept == [0.02] * -(-1200 // WARM_CHUNK)
+    assert store.reservations == 1200
+    assert registry.next("f0001") == 1
+    assert slept == [0.02] * -(-1200 // WARM_CHUNK)  # served from the warmed block
+    store.down = True
+    with pytest.raises(StoreUnavailable, match="down"):
+        store.reserve_many([("f0002", 10)])
+    registry.close_locks(release=False)
 
 
 def test_warmed_registries_never_share_a_value(sql_store: Any) -> None:
