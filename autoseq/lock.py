@@ -257,8 +257,11 @@ class SequenceLock:
     def _after_fork_in_child(self) -> None:
         # The parent's blocks belong to the parent; serving them here would
         # duplicate its values. Locks may have been held by a thread that
-        # does not exist in the child, so they are replaced too.
+        # does not exist in the child, so they are replaced too. The range
+        # cap (fit_range) is the row's, as true in the child as it was.
+        ceiling = self._sizer.ceiling
         self._reset_state()
+        self._sizer.ceiling = ceiling
 
     @contextlib.contextmanager
     def _unlocked(self) -> Iterator[None]:
@@ -651,6 +654,16 @@ class SequenceLock:
             if not self._first_block_open():
                 return 0
             return self._sizer.reservation(1, self._bulk_buffer())
+
+    def fit_range(self, values: int) -> None:
+        """Cap blocks at 1/`autoseq.pacing.RANGE_SHARE` of a range of ``values`` values.
+
+        Each reservation does it from the row it returns; the registry does
+        it from the row it built the lock from, so a first block larger than
+        ``batch_count`` (many sequences active) respects a short range too.
+        """
+        with self._lock:
+            self._sizer.fit_range(values)
 
     def _first_block_open(self) -> bool:
         """Whether a first block from elsewhere may still be served (held: ``_lock``)."""

@@ -98,6 +98,7 @@ class SequenceRegistry:
                     batch_count=row.batch_count,
                     policy=policy or self.policy,
                 )
+                lock.fit_range(row.range_size)
                 self._locks[row.name] = lock
             self._loaded.pop(row.name, None)
             return lock

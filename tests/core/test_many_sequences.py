@@ -8,7 +8,10 @@ each counted on a real database (commits, statements), never timed.
 from __future__ import annotations
 
 import dataclasses
+import os
+import signal
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -25,6 +28,7 @@ from autoseq.errors import (
     SequenceExhausted,
     StoreUnavailable,
 )
+from autoseq.pacing import shared_budget
 from autoseq.registry import WARM_CHUNK
 from autoseq.stores import MemoryStore
 from autoseq.stores.base import release_many, reserve_many
@@ -165,6 +169,34 @@ def test_a_block_a_lock_no_longer_wants_goes_back() -> None:
     assert other.adopt(block) is True
     assert [other.next() for _ in range(3)] == [1, 2, 3]
     assert other.stats()["reservations"] == 1
+
+
+def test_a_first_block_among_thousands_respects_a_short_range() -> None:
+    """With 10,000 other sequences active, a first use takes at most 1/RANGE_SHARE of a
+    short range (900 of 99,999), as every later block does (it took 1,600), also in a child
+    forked before that first use."""
+    budget = shared_budget()
+    registry = SequenceRegistry(MemoryStore())
+    short = registry.register(SequenceConfig("short", end=99_999))
+    plain = registry.register(SequenceConfig("plain"))
+
+    def others_active() -> None:
+        for _ in range(10_000):
+            budget.reserved(0, at=time.monotonic())
+
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        signal.alarm(10)
+        others_active()
+        os._exit(0 if short.first_block_wanted() == 900 else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, "the child's first block passed the range cap"
+    others_active()
+    assert short.next() == 1
+    assert plain.next() == 1
+    assert short.stats()["reserved_values"] == 900
+    assert plain.stats()["reserved_values"] == 1_600
+    registry.close_locks()
 
 
 def test_a_flaky_store_warms_in_one_delayed_round_trip_per_chunk(
