@@ -655,6 +655,19 @@ class SequenceLock:
                 return 0
             return self._sizer.reservation(1, self._bulk_buffer())
 
+    def count_as_starting(self) -> bool:
+        """Count this lock in the process's reservation budget as about to take its first block.
+
+        False, counting nothing, when it wants none (see `first_block_wanted`).
+        ``SequenceRegistry.warm`` counts every lock it starts before sizing
+        any first block, so each is sized for as many active sequences.
+        """
+        with self._lock:
+            if not self._first_block_open():
+                return False
+            self._sizer.starting(time.monotonic())
+            return True
+
     def fit_range(self, values: int) -> None:
         """Cap blocks at 1/`autoseq.pacing.RANGE_SHARE` of a range of ``values`` values.
 

@@ -343,10 +343,7 @@ class BlockSizer:
         more reservations than the budget (350-394 in a 2 s window against
         its 200; issue 34).
         """
-        if self.budget is not None:
-            period = self.budget.reserved(self._counted_in, at)
-            if period != self._counted_in:
-                self._counted_before, self._counted_in = self._counted_in, period
+        self._count(at)
         previous = self._latest_at
         self._latest_at = at
         if served is not None:
@@ -359,6 +356,23 @@ class BlockSizer:
             self.rate = self._latest_count / (at - previous)
             self._adapt(self.rate)
         self._latest_count = count
+
+    def starting(self, at: float) -> None:
+        """Count the sequence as active at ``at``, before its first reservation.
+
+        For many sequences started together (``SequenceRegistry.warm``):
+        each counted before any first block is sized, every first block is
+        sized with the budget knowing how many start, instead of the first
+        ones at ``floor`` while the budget has yet to count the others. The
+        reservation that follows in the same period is not counted again.
+        """
+        self._count(at)
+
+    def _count(self, at: float) -> None:
+        if self.budget is not None:
+            period = self.budget.reserved(self._counted_in, at)
+            if period != self._counted_in:
+                self._counted_before, self._counted_in = self._counted_in, period
 
     def stopped(self) -> None:
         """The sequence is closed: the budget no longer counts it as active."""

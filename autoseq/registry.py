@@ -181,17 +181,26 @@ class SequenceRegistry:
         ``reserve_many``) reserves on first use as before. A block a lock no
         longer wants (it reserved meanwhile) is handed back. Raises
         ``StoreUnavailable`` if the store fails before any block came back.
+
+        The process's reservation budget (`autoseq.pacing`) counts every
+        sequence warmed as active before any first block is sized: with
+        more than the budget times ``block_seconds`` of them (200 at the
+        defaults), each first block is ``batch_count`` times their number
+        over 200, at most 16 times (1,600 from 3,200 sequences on), never
+        above ``max_batch_count`` nor 1/`autoseq.pacing.RANGE_SHARE` of a
+        short range: the size a sequence started among as many active ones
+        takes on first use. Fewer, and a lone sequence, start at
+        ``batch_count``.
         """
-        wanted: dict[str, tuple[SequenceLock, int]] = {}
+        locks: dict[str, SequenceLock] = {}
         for name in self.names() if names is None else names:
-            if name in wanted:
-                continue
-            lock = self.get(name)
-            count = lock.first_block_wanted()
-            if count:
-                wanted[name] = (lock, count)
+            if name not in locks:
+                locks[name] = self.get(name)
+        # Every lock counted in the budget before any first block is sized: each is then
+        # sized for all the sequences starting, not for those counted before it.
+        starting = [lock for lock in locks.values() if lock.count_as_starting()]
+        chosen = [(lock, count) for lock in starting if (count := lock.first_block_wanted())]
         warmed = 0
-        chosen = list(wanted.values())
         for at in range(0, len(chosen), WARM_CHUNK):
             warmed += self._warm_chunk(chosen[at : at + WARM_CHUNK])
         return warmed

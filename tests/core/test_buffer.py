@@ -386,6 +386,31 @@ def test_with_many_sequences_active_blocks_last_long_enough_for_the_budget() -> 
     assert sizers(1, ReservationBudget(100.0))[0].reservation(1) == 100  # alone: batch_count
 
 
+def test_sequences_counted_as_starting_take_first_blocks_sized_for_all_of_them() -> None:
+    """starting(): 2,000 sizers counted before any reserves each get the stretched first block
+    (10 x batch_count), where reserving one by one gave the first 200 batch_count; the first
+    reservations, in the same period, count none twice; alone, a sequence starts at 100."""
+    one_by_one = sizers(2_000, ReservationBudget(100.0))
+    firsts = []
+    for sizer in one_by_one:
+        firsts.append(sizer.reservation(1))
+        sizer.reserved(firsts[-1], at=0.0)
+    assert firsts[:200] == [100] * 200
+    budget = ReservationBudget(100.0)
+    together = sizers(2_000, budget)
+    for sizer in together:
+        sizer.starting(at=0.0)
+    assert budget.active() == 2_000
+    assert budget.seconds == pytest.approx(20.0)
+    assert {sizer.reservation(1) for sizer in together} == {1000}
+    for sizer in together:
+        sizer.reserved(1000, at=0.5)
+    assert budget.active() == 2_000
+    lone = sizers(1, ReservationBudget(100.0))[0]
+    lone.starting(at=0.0)
+    assert lone.reservation(1) == 100
+
+
 def test_thousands_of_sequences_round_robin_stay_within_the_budget() -> None:
     """2,000 sequences at 1,000 values/s each: about 100 reservations/s, not 1,000."""
     seconds, rate = 200.0, 1_000.0

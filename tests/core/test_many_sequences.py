@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from autoseq import SequenceConfig, SequenceRegistry
+from autoseq import BufferPolicy, SequenceConfig, SequenceRegistry
 from autoseq.config import MAX_VALUE, ROW_COLUMNS, configs_from_values, plainly_valid
 from autoseq.errors import (
     GaplessUnavailable,
@@ -119,7 +119,8 @@ def test_warm_reserves_first_blocks_in_one_round_trip_per_chunk(sql_store: Any) 
     with counting(sql_store) as counts:
         assert [lock.next() for lock in locks] == [1] * 1200
     assert counts == {"commits": 0, "statements": 0}
-    assert {sql_store.read(name).current for name in names[:5]} == {101}
+    # 1,200 sequences starting: the budget's 12 s is 6 times block_seconds, so first blocks of 600
+    assert {sql_store.read(name).current for name in names[:5]} == {601}
     assert registry.warm() == 0  # every lock holds its block already
     registry.close_locks()
     assert {sql_store.read(name).current for name in names[:5]} == {2}
@@ -169,6 +170,38 @@ def test_a_block_a_lock_no_longer_wants_goes_back() -> None:
     assert other.adopt(block) is True
     assert [other.next() for _ in range(3)] == [1, 2, 3]
     assert other.stats()["reservations"] == 1
+
+
+def test_warm_sizes_every_first_block_for_all_the_sequences_it_starts() -> None:
+    """warm() of 5,000 sequences counts each in the budget once, before sizing any: every
+    first block is 16 x batch_count (the budget's 50 s over block_seconds' 2, capped at 16),
+    where it gave batch_count; max_batch_count and 1/RANGE_SHARE of a short range still cap
+    it. A sequence warmed alone starts at batch_count."""
+    lone = SequenceRegistry(MemoryStore())
+    lone.register_many([SequenceConfig("alone")])
+    assert lone.warm() == 1
+    assert lone.get("alone").stats()["reserved_values"] == 100
+    lone.close_locks()
+    registry = SequenceRegistry(MemoryStore())
+    registry.register_many(
+        [SequenceConfig(f"b{i:04d}") for i in range(4_996)]
+        + [
+            SequenceConfig("odd", batch_count=300),
+            SequenceConfig("short", end=99_999),
+            SequenceConfig("tiny", end=5_000),
+        ]
+    )
+    registry.register(SequenceConfig("capped"), policy=BufferPolicy(max_batch_count=500))
+    assert registry.warm() == 5_000
+    assert shared_budget().active() == 5_000
+    reserved = {name: registry.get(name).stats()["reserved_values"] for name in registry.names()}
+    assert {reserved[f"b{i:04d}"] for i in range(4_996)} == {1_600}
+    assert reserved["odd"] == 4_800  # whole multiples of its batch_count
+    assert reserved["short"] == 900  # 1/100 of 99,999, in whole batch_counts
+    assert reserved["tiny"] == 100  # a range under 100 blocks: batch_count
+    assert reserved["capped"] == 500
+    assert registry.next("b0000") == 1
+    registry.close_locks()
 
 
 def test_a_first_block_among_thousands_respects_a_short_range() -> None:
@@ -647,7 +680,7 @@ def test_a_sequence_holding_its_first_block_costs_well_under_4_kb() -> None:
 
     code = """
 import gc, tracemalloc
-from autoseq import SequenceConfig, SequenceRegistry
+from autoseq import BufferPolicy, SequenceConfig, SequenceRegistry
 from autoseq.stores import MemoryStore
 names = [f"m{i:05d}" for i in range(2_000)]
 registry = SequenceRegistry(MemoryStore())
