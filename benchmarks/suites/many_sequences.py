@@ -16,15 +16,17 @@ one sequence of the same store, in the same loop shape, after the same
 warm-up, in the same run: the ratio is the share of one sequence's speed
 that N sequences keep (issue 34's target: 0.5 at 10,000).
 
-Why a warm-up: every sequence starts at ``batch_count`` (or 16 times it
-under the process's reservation budget, `autoseq.pacing`) and grows
+Why a warm-up: every sequence starts at ``batch_count`` (or up to 16 times
+it under the process's reservation budget, `autoseq.pacing`: 1,600 for each
+of 10,000 sequences ``warm()`` starts together) and grows
 toward blocks that last its share of the budget, a reservation per step.
 Started all at once, 10,000 sequences need tens of thousands of
 reservations before that, each a round trip and some CPU time of this
 process, and a window of a few seconds right after the first values
 measures that ramp alone (0.007x, whatever the steady state). The ramp is
-reported apart: its values/s ("warm-up values/s") and the reservations it
-made, so what a cold start costs stays visible.
+reported apart: its values/s ("warm-up values/s"), the reservations it
+made and the callers that waited on the store, and the same for its first
+`FIRST_SECONDS` alone, so what a cold start costs stays visible.
 
 Creating N rows through ``registry.register_many()`` (configs built inside
 the timing) is timed on a fresh table; the N rows of the trials are
@@ -84,6 +86,8 @@ COUNTS = (1, 100, 1_000, 10_000)
 #: in the 2 s window after it (blocks sized per sequence, before the budget).
 WARM_UP = 5.0
 WARM_UP_PER_SEQUENCE = 0.004
+#: The first seconds of the warm-up, reported apart: the ramp right after the first values.
+FIRST_SECONDS = 5.0
 #: Issue 34's targets, checked at the largest count measured.
 MIN_SHARE = 0.5
 MAX_THREADS = 8
@@ -160,10 +164,16 @@ class Rows:
         first = time.perf_counter() - started
         gc.collect()
         holding = rss()
-        warm_count, warm_elapsed = _round_robin(locks, warm_up(n := len(locks)))
-        warm_reservations = _reservations(locks)
+        first_count, first_elapsed = _round_robin(locks, FIRST_SECONDS)
+        first_reservations, first_waits = _tally(locks)
+        warm_count, warm_elapsed = _round_robin(locks, warm_up(n := len(locks)) - FIRST_SECONDS)
+        warm_count += first_count
+        warm_elapsed += first_elapsed
+        warm_reservations, warm_waits = _tally(locks)
         count, elapsed = _round_robin(locks, seconds)
-        reservations = _reservations(locks) - warm_reservations
+        reservations, waits = _tally(locks)
+        reservations -= warm_reservations
+        waits -= warm_waits
         # The harness's own load sampler is not the process under test.
         threads = [t for t in threading.enumerate() if not t.name.startswith("benchmarks-")]
         started = time.perf_counter()
@@ -177,7 +187,12 @@ class Rows:
                 "warm-up s": warm_elapsed,
                 "warm-up values/s": warm_count / warm_elapsed,
                 "warm-up reservations": warm_reservations,
+                "warm-up waits": warm_waits,
+                "first seconds values/s": first_count / first_elapsed,
+                "first seconds reservations": first_reservations,
+                "first seconds waits": first_waits,
                 "reservations in window": reservations,
+                "waits in window": waits,
                 "threads alive": len(threads),
                 "prefetch threads": sum(t.name.startswith("autoseq-prefetch") for t in threads),
                 "RSS bytes per loaded sequence": (loaded - base) / n,
@@ -309,8 +324,10 @@ def warm_up(count: int) -> float:
     return WARM_UP + count * WARM_UP_PER_SEQUENCE
 
 
-def _reservations(locks: list[Any]) -> int:
-    return sum(lock.stats()["reservations"] for lock in locks)
+def _tally(locks: list[Any]) -> tuple[int, int]:
+    """Reservations made and callers that waited on the store, over ``locks``, so far."""
+    stats = [lock.stats() for lock in locks]
+    return sum(s["reservations"] for s in stats), sum(s["caller_waits"] for s in stats)
 
 
 def _round_robin(locks: list[Any], seconds: float) -> tuple[int, float]:
@@ -385,7 +402,12 @@ def _report(ctx: Context, group: Group, count: int, label: str, create_each: flo
         "close s": worst("close s"),
         "warm-up s": worst("warm-up s"),
         "warm-up reservations": worst("warm-up reservations"),
+        "warm-up waits": worst("warm-up waits"),
+        "first seconds values/s": worst("first seconds values/s", high=False),
+        "first seconds reservations": worst("first seconds reservations"),
+        "first seconds waits": worst("first seconds waits"),
         "reservations in window": worst("reservations in window"),
+        "waits in window": worst("waits in window"),
     }
     ctx.log(
         f"    {count:,} sequences, {label}: {ratio[0]:.3f}x one sequence; "
