@@ -243,6 +243,9 @@ class BlockSizer:
     next 3 s served 0.16 million values/s), 1,600 to 5,000 with this one
     (3.8 million values/s). A sequence that stays slow then holds up to 16
     times ``floor`` while the budget binds, and reserves less often.
+    Sequences started together (``SequenceRegistry.warm``) are counted
+    first (`starting`), so every one of them starts at that size, not only
+    those sized after the budget had counted enough of the others.
     """
 
     __slots__ = (
