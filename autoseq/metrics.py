@@ -50,11 +50,21 @@ Every metric has a ``store`` label (the store's URL without a password, as
 ``autoseq_snowflake_years_left``          gauge    years until the layout's timestamp bits end
 ========================================  =======  ===============================================
 
+Each (store, sequence) that reserved keeps its reservation counts and latency
+histogram as one array of numbers, made into metric families at each scrape,
+and a weak reference to its lock for the scrape to read: about 560 bytes of heap
+a sequence in all. The rarer counters (failures, exhaustion, cycles, failovers,
+hand-backs) are prometheus_client metrics whose series appear when they first move.
+
 Under gunicorn and other pre-fork servers, set ``PROMETHEUS_MULTIPROC_DIR``
 (prometheus_client's multi-process mode) and call
 ``prometheus_client.multiprocess.mark_process_dead`` in ``child_exit``: each
 worker then writes its figures to that directory and [`wsgi_app`][autoseq.metrics.wsgi_app]
-serves the sum over workers, whichever answers (docs/operations.md).
+serves the sum over workers, whichever answers (docs/operations.md). There the
+reservation counters and histogram are prometheus_client's own metrics, written
+to the files as they move: about 15 KB of heap a sequence that reserved (an
+object and a file key for each series and each bucket), 20 KB once its
+stats() figures are published too.
 
 This module imports prometheus_client; ``import autoseq`` never imports it.
 """
@@ -68,6 +78,8 @@ import os
 import threading
 import time
 import weakref
+from array import array
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -75,9 +87,15 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client import make_asgi_app as _make_asgi_app
 from prometheus_client import make_wsgi_app as _make_wsgi_app
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from autoseq import _hooks, signals
 from autoseq.errors import StoreUnavailable
@@ -110,6 +128,31 @@ LABELS = ("store", "sequence")
 _Key = tuple[str, str]
 
 logger = logging.getLogger(__name__)
+
+#: The metrics counted at each reservation: name -> help.
+_RESERVATION_HELP = {
+    "reservations": "Blocks reserved from the store.",
+    "reserved_values": "Values in the blocks reserved.",
+    "reservation_seconds": "Store round trip of a reservation, in seconds.",
+}
+_MODES = ("caller", "prefetch")
+
+# What a (store, sequence) reserved in this process, one array of floats for each
+# (prometheus_client keeps its counts as floats too): reservations by mode, when each
+# mode's series and the others began (0: not yet), values, seconds in all, then the
+# latency histogram's count per bucket (+Inf last). prometheus_client's children cost
+# 5.6 KB a sequence, each bucket an object with its own lock; this array, under 300 bytes.
+_CALLER, _PREFETCH = 0, 1  # counts; the time each series began is 2 places further
+_SINCE = 2
+_FIRST_SINCE = 4
+_VALUES = 5
+_SECONDS = 6
+_BUCKETS = 7
+_BLANK = array("d", bytes(8 * (_BUCKETS + len(LATENCY_BUCKETS) + 1)))
+_LE = tuple(
+    floatToGoString(bound)  # type: ignore[no-untyped-call]
+    for bound in (*LATENCY_BUCKETS, float("inf"))
+)
 
 #: The figures read from stats() at scrape time: name -> (kind, help, labels).
 _STATS_METRICS: dict[str, tuple[Callable[..., Metric], str, tuple[str, ...]]] = {
@@ -215,6 +258,59 @@ class _Snapshot:
             yield "store_up", key, 0.0 if key in self.failing else 1.0
 
 
+class _Watched(weakref.ref[SequenceLock]):
+    """A lock whose stats() a scrape reads, and what it had served and waited then.
+
+    When the lock is collected, the callback moves that share into the totals
+    kept for its (store, sequence), so it stays in the counters.
+    """
+
+    __slots__ = ("key", "served", "waits")
+
+    def __new__(cls, lock: SequenceLock, retire: Callable[[_Watched], None], key: _Key) -> _Watched:
+        return super().__new__(cls, lock, retire)
+
+    def __init__(self, lock: SequenceLock, retire: Callable[[_Watched], None], key: _Key) -> None:
+        # weakref.ref's own __init__ only checks the arguments __new__ took.
+        self.key = key
+        self.served: int | None = None  # None: no scrape has seen the lock yet
+        self.waits = 0
+
+
+class _ReservationFamilies(Collector):
+    """The reservation counters and latency histogram, made from ``metrics``'
+    arrays at each scrape, where prometheus_client's own metrics would sit."""
+
+    def __init__(self, metrics: AutoseqMetrics) -> None:
+        self._metrics = metrics
+        self._namespace = metrics.namespace
+
+    def _empty(self) -> tuple[CounterMetricFamily, CounterMetricFamily, HistogramMetricFamily]:
+        def name(metric: str) -> str:
+            return f"{self._namespace}_{metric}"
+
+        help_ = _RESERVATION_HELP
+        return (
+            CounterMetricFamily(
+                name("reservations"), help_["reservations"], labels=(*LABELS, "mode")
+            ),
+            CounterMetricFamily(name("reserved_values"), help_["reserved_values"], labels=LABELS),
+            HistogramMetricFamily(
+                name("reservation_seconds"), help_["reservation_seconds"], labels=LABELS
+            ),
+        )
+
+    def describe(self) -> Iterable[Metric]:
+        """The three families, empty: the registry refuses a second set of these names."""
+        return self._empty()
+
+    def collect(self) -> Iterator[Metric]:
+        """Each series as prometheus_client's children would show it, in their order."""
+        families = self._empty()
+        self._metrics._reservation_samples(*families, created=_created_series())
+        yield from families
+
+
 class AutoseqMetrics(Collector):
     """The autoseq metrics of this process, registered in ``registry``.
 
@@ -232,16 +328,21 @@ class AutoseqMetrics(Collector):
         self.publish_interval = publish_interval
         # Re-entrant: a lock collected while we hold it runs _retire on this thread.
         self._guard = threading.RLock()
-        self._locks: weakref.WeakSet[SequenceLock] = weakref.WeakSet()
+        self._watched: set[_Watched] = set()
+        self._retire_watched = self._retire  # one callback for every _Watched
         self._store_labels: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
-        # What a lock had served (and waited) when last seen, so its share
-        # stays in the counters after the lock is closed and collected.
-        self._seen: dict[int, tuple[_Key, int, int]] = {}
+        # What the locks collected had served and waited, when a scrape last saw them.
         self._retired: dict[_Key, tuple[int, int]] = {}
         # Values each lock handed back on close: stats() counts them as served.
-        self._released: dict[int, int] = {}
+        self._released: weakref.WeakKeyDictionary[SequenceLock, int] = weakref.WeakKeyDictionary()
         self._down_since: dict[_Key, float] = {}
         self._down_total: dict[_Key, float] = {}
+        # Each (store, sequence) that reserved: its figures (see _BLANK), and the
+        # order prometheus_client would have made their series in. Not kept in
+        # multi-process mode, where prometheus_client's own metrics count.
+        self._figures: dict[_Key, array[float]] = {}
+        self._mode_keys: list[_Key] = []
+        self._modes = bytearray()
         self._registries: list[weakref.ref[Any]] = []
         # Multi-process mode: the stats() figures as metrics in the shared files,
         # what each counter already published, and which process publishes.
@@ -253,15 +354,23 @@ class AutoseqMetrics(Collector):
         def counter(name: str, doc: str, *labels: str) -> Counter:
             return Counter(f"{namespace}_{name}", doc, [*LABELS, *labels], registry=registry)
 
-        self.reservations = counter("reservations", "Blocks reserved from the store.", "mode")
-        self.reserved_values = counter("reserved_values", "Values in the blocks reserved.")
-        self.latency = Histogram(
-            f"{namespace}_reservation_seconds",
-            "Store round trip of a reservation, in seconds.",
-            LABELS,
-            buckets=LATENCY_BUCKETS,
-            registry=registry,
-        )
+        # Multi-process mode: prometheus_client writes these to the shared files as
+        # they move; otherwise a scrape makes them from self._figures.
+        self._written: tuple[Counter, Counter, Histogram] | None = None
+        if self._shared is None:
+            registry.register(_ReservationFamilies(self))
+        else:
+            self._written = (
+                counter("reservations", _RESERVATION_HELP["reservations"], "mode"),
+                counter("reserved_values", _RESERVATION_HELP["reserved_values"]),
+                Histogram(
+                    f"{namespace}_reservation_seconds",
+                    _RESERVATION_HELP["reservation_seconds"],
+                    LABELS,
+                    buckets=LATENCY_BUCKETS,
+                    registry=registry,
+                ),
+            )
         self.prefetch_failures = counter(
             "prefetch_failures", "Background reservations that failed."
         )
@@ -325,32 +434,61 @@ class AutoseqMetrics(Collector):
             self._store_labels[store] = label
         return (label, str(name))
 
-    def _track(self, sender: Any) -> None:
+    def _track(self, sender: Any, key: _Key | None = None) -> None:
+        """Read ``sender``'s stats() at each scrape from now on, if it is a lock."""
         self._start_publishing()
-        if isinstance(sender, SequenceLock) and sender not in self._locks:
-            with self._guard:
-                self._locks.add(sender)
-                retire = weakref.finalize(sender, self._retire, id(sender))
-                retire.atexit = False  # at exit the lock is alive: its share is still in stats()
+        if not isinstance(sender, SequenceLock):
+            return
+        probe = weakref.ref(sender)
+        if probe in self._watched:
+            return
+        if key is None:
+            key = self._key(sender, sender.name)
+        with self._guard:
+            if probe not in self._watched:
+                self._watched.add(_Watched(sender, self._retire_watched, key))
 
     def _on_reserved(self, sender: Any, **kw: Any) -> None:
         key = self._key(sender, kw["name"])
-        self._track(sender)
-        self.reservations.labels(*key, "prefetch" if kw.get("prefetch") else "caller").inc()
-        self.reserved_values.labels(*key).inc(int(kw["count"]))
-        self.latency.labels(*key).observe(float(kw["latency"]))
+        self._track(sender, key)
+        mode = _PREFETCH if kw.get("prefetch") else _CALLER
+        count = int(kw["count"])
+        latency = float(kw["latency"])
+        if self._written is None:
+            self._count(key, mode, count, latency)
+        else:
+            reservations, values, seconds = self._written
+            reservations.labels(*key, _MODES[mode]).inc()
+            values.labels(*key).inc(count)
+            seconds.labels(*key).observe(latency)
         self._up(key)
+
+    def _count(self, key: _Key, mode: int, count: int, latency: float) -> None:
+        """What prometheus_client's counters and histogram would count, in the arrays."""
+        with self._guard:
+            figures = self._figures.get(key)
+            if figures is None:
+                figures = self._figures[key] = array("d", _BLANK)
+                figures[_FIRST_SINCE] = time.time()
+            if not figures[_SINCE + mode]:
+                figures[_SINCE + mode] = time.time()
+                self._mode_keys.append(key)
+                self._modes.append(mode)
+            figures[mode] += 1
+            figures[_VALUES] += count
+            figures[_SECONDS] += latency
+            figures[_BUCKETS + bisect_left(LATENCY_BUCKETS, latency)] += 1
 
     def _on_prefetch_failed(self, sender: Any, **kw: Any) -> None:
         key = self._key(sender, kw["name"])
-        self._track(sender)
+        self._track(sender, key)
         self.prefetch_failures.labels(*key).inc()
         if isinstance(kw.get("error"), StoreUnavailable):
             self._down(key)
 
     def _on_store_unavailable(self, sender: Any, **kw: Any) -> None:
         key = self._key(sender, kw["name"])
-        self._track(sender)
+        self._track(sender, key)
         self.store_errors.labels(*key).inc()
         self._down(key)
 
@@ -374,8 +512,9 @@ class AutoseqMetrics(Collector):
 
     def _on_released(self, sender: Any, **kw: Any) -> None:
         self.released_values.labels(*self._key(sender, kw["name"])).inc(int(kw["count"]))
-        with self._guard:
-            self._released[id(sender)] = self._released.get(id(sender), 0) + int(kw["count"])
+        if isinstance(sender, SequenceLock):
+            with self._guard:
+                self._released[sender] = self._released.get(sender, 0) + int(kw["count"])
 
     def _on_lease_acquired(self, sender: Any, **kw: Any) -> None:
         self.leases_acquired.labels(*self._key(sender, kw["name"])).inc()
@@ -398,14 +537,49 @@ class AutoseqMetrics(Collector):
             lasted = 0.0 if since is None else time.monotonic() - since
             self._down_total[key] = self._down_total.get(key, 0.0) + lasted
 
-    def _retire(self, lock_id: int) -> None:
+    def _retire(self, watched: _Watched) -> None:
         with self._guard:
-            seen = self._seen.pop(lock_id, None)
-            self._released.pop(lock_id, None)
-            if seen is not None:
-                key, served, waits = seen
-                old_served, old_waits = self._retired.get(key, (0, 0))
-                self._retired[key] = (old_served + served, old_waits + waits)
+            self._watched.discard(watched)
+            if watched.served is not None:
+                old_served, old_waits = self._retired.get(watched.key, (0, 0))
+                self._retired[watched.key] = (
+                    old_served + watched.served,
+                    old_waits + watched.waits,
+                )
+
+    def _reservation_samples(
+        self,
+        reservations: CounterMetricFamily,
+        values: CounterMetricFamily,
+        seconds: HistogramMetricFamily,
+        *,
+        created: bool,
+    ) -> None:
+        """Add each (store, sequence)'s samples to the three families, ``_created`` too if
+        ``created``. The arrays are read without the guard, as prometheus_client reads
+        its children: each number is whole, the count of a mode may be one ahead of the
+        histogram's."""
+        with self._guard:
+            figures = dict(self._figures)
+            modes = list(zip(self._mode_keys, self._modes, strict=True))
+        for key, mode in modes:
+            counts = figures[key]
+            since = counts[_SINCE + mode] if created else None
+            reservations.add_metric([*key, _MODES[mode]], counts[mode], created=since)
+        histogram = seconds.name
+        for key, counts in figures.items():
+            first = counts[_FIRST_SINCE] if created else None
+            values.add_metric(list(key), counts[_VALUES], created=first)
+            buckets = []
+            running = 0.0
+            for index, le in enumerate(_LE, _BUCKETS):
+                running += counts[index]
+                buckets.append((le, running))
+            seconds.add_metric(list(key), buckets, counts[_SECONDS])
+            if first is not None:
+                seconds.add_sample(
+                    f"{histogram}_created", dict(zip(LABELS, key, strict=True)), first
+                )
 
     # what stats() says, at scrape time --------------------------------------------
 
@@ -415,7 +589,7 @@ class AutoseqMetrics(Collector):
         with self._guard:
             self._registries.append(weakref.ref(registry))
 
-    def _all_locks(self) -> list[SequenceLock]:
+    def _all_watched(self) -> list[_Watched]:
         with self._guard:
             refs = list(self._registries)
         for ref in refs:
@@ -424,15 +598,17 @@ class AutoseqMetrics(Collector):
                 for name in registry.names():
                     self._track(registry.get(name))
         with self._guard:
-            return list(self._locks)
+            return list(self._watched)
 
     def _snapshot(self) -> _Snapshot:
         """What stats() of every lock (and each snowflake generator) says now."""
         # Several locks of one (store, sequence) in a process (two registries
         # on one database) add up; one sample per label set, as Prometheus needs.
         snap = _Snapshot()
-        for lock in self._all_locks():
-            self._add_lock(snap, lock)
+        for watched in self._all_watched():
+            lock = watched()
+            if lock is not None:
+                self._add_lock(snap, lock, watched)
         now = time.monotonic()
         with self._guard:
             for key, (old_served, old_waits) in self._retired.items():
@@ -452,12 +628,13 @@ class AutoseqMetrics(Collector):
             snap.years[key] = min(snap.years.get(key, years_left), years_left)
         return snap
 
-    def _add_lock(self, snap: _Snapshot, lock: SequenceLock) -> None:
+    def _add_lock(self, snap: _Snapshot, lock: SequenceLock, watched: _Watched) -> None:
         stats = lock.stats()
-        key = self._key(lock, stats["name"])
+        key = watched.key
         with self._guard:
-            given = int(stats["served_values"]) - self._released.get(id(lock), 0)
-            self._seen[id(lock)] = (key, given, int(stats["caller_waits"]))
+            given = int(stats["served_values"]) - self._released.get(lock, 0)
+            watched.served = given
+            watched.waits = int(stats["caller_waits"])
         count = snap.counts.setdefault(key, [0, 0])
         count[0] += given
         count[1] += int(stats["caller_waits"])
@@ -544,7 +721,8 @@ class AutoseqMetrics(Collector):
         """A child starts from zero: what the parent counted is in the parent's files."""
         self._guard = threading.RLock()
         self._publish_guard = threading.Lock()
-        self._seen.clear()
+        for watched in self._watched:
+            watched.served = None
         self._retired.clear()
         self._released.clear()
         self._published.clear()
@@ -555,6 +733,15 @@ class AutoseqMetrics(Collector):
     def describe(self) -> Iterable[Metric]:
         """Nothing up front: the names are in ``collect`` (no stats are read at register)."""
         return []
+
+
+def _created_series() -> bool:
+    """Whether prometheus_client shows ``_created`` samples now (it does unless
+    ``PROMETHEUS_DISABLE_CREATED_SERIES`` or ``disable_created_metrics()`` says not)."""
+    probe = Counter("autoseq_probe", "", registry=None)
+    return any(
+        sample.name.endswith("_created") for metric in probe.collect() for sample in metric.samples
+    )
 
 
 def _shared_metrics(namespace: str) -> dict[str, Any]:
