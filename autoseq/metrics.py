@@ -418,7 +418,8 @@ class AutoseqMetrics(Collector):
 
     def _key(self, sender: Any, name: object) -> _Key:
         """(store, sequence): two databases may each have a sequence of the same name."""
-        store = sender.store if isinstance(sender, _ServesFromStore) else None
+        # SequenceLock first: a runtime Protocol check costs about 10 µs a call.
+        store = sender.store if isinstance(sender, (SequenceLock, _ServesFromStore)) else None
         return self._store_key(store, name)
 
     def _store_key(self, store: Any, name: object) -> _Key:
