@@ -719,9 +719,13 @@ class AutoseqMetrics(Collector):
         thread.start()
 
     def _after_fork_in_child(self) -> None:
-        """A child starts from zero: what the parent counted is in the parent's files."""
+        """New guards: a thread of the parent inside a receiver did not come along to let
+        go. In multi-process mode the child also starts from zero: what the parent
+        counted is in the parent's files."""
         self._guard = threading.RLock()
         self._publish_guard = threading.Lock()
+        if self._shared is None:
+            return
         for watched in self._watched:
             watched.served = None
         self._retired.clear()
@@ -846,8 +850,7 @@ def asgi_app(registry: CollectorRegistry | None = None) -> Callable[..., Any]:
 
 def _after_fork_in_child() -> None:
     for found in list(_installed.values()):
-        if found._shared is not None:
-            found._after_fork_in_child()
+        found._after_fork_in_child()
 
 
 def _publish_at_exit() -> None:

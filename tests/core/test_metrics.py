@@ -377,3 +377,46 @@ def test_the_metrics_of_a_sequence_that_reserved_cost_a_few_hundred_bytes() -> N
 
     plain, installed = heap("plain"), heap("metrics")
     assert installed - plain < 1_000, f"{installed - plain:,.0f} bytes more a sequence"
+
+
+FORK_WHILE_HELD = """
+import os, threading, time
+from prometheus_client import CollectorRegistry
+from autoseq import SequenceConfig, SequenceRegistry, metrics
+from autoseq.stores import MemoryStore
+found = metrics.install(CollectorRegistry())
+registry = SequenceRegistry(MemoryStore())
+held, done = threading.Event(), threading.Event()
+def hold():
+    with found._guard:  # as a receiver on a prefetch worker holds it
+        held.set()
+        done.wait()
+threading.Thread(target=hold, daemon=True).start()
+held.wait()
+child = os.fork()
+if child == 0:
+    registry.register(SequenceConfig("after_fork")).next()
+    os._exit(0)
+deadline = time.monotonic() + 10
+while os.waitpid(child, os.WNOHANG) == (0, 0):
+    if time.monotonic() > deadline:
+        os.kill(child, 9)
+        print("hung")
+        break
+    time.sleep(0.05)
+else:
+    print("served")
+done.set()
+"""
+
+
+def test_a_child_forked_while_a_receiver_held_the_guard_still_counts() -> None:
+    """A fork while another thread is inside a receiver: the child's first reservation
+    does not wait forever for a guard no thread of the child holds."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", FORK_WHILE_HELD], capture_output=True, text=True, check=True
+    )
+    assert done.stdout.split() == ["served"], done.stderr
