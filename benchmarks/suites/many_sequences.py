@@ -39,10 +39,11 @@ than about the sequences. A later trial reuses the pages an earlier one
 freed and reads next to nothing whatever a sequence holds (0 to 838 bytes
 in the second and third trials at 10,000). The first trial carries what the
 run did before it: in a full run the Django suite's app installs
-`autoseq.metrics`, whose Prometheus series cost about 5.6 KB of heap per
-sequence that reserved; that was most of the 8,530 and 5,173 bytes of
-07ccbc2's full run (the first trial at 10,000 on a SQLite file read 8,305
-bytes with the metrics installed, 2,366 without, on 4b4e051).
+`autoseq.metrics`, whose Prometheus series then cost about 5.6 KB of heap
+per sequence that reserved (about 560 bytes since 94b2d8b); that was most
+of the 8,530 and 5,173 bytes of 07ccbc2's full run (the first trial at
+10,000 on a SQLite file read 8,305 bytes with the metrics installed, 2,366
+without, on 4b4e051).
 
 The fresh interpreter pays its one-time costs before its baseline:
 imports, the engine and its connections, and a registry of `WARM_CHUNK`
