@@ -338,6 +338,45 @@ def nosql_rows(request: pytest.FixtureRequest) -> Iterator[tuple[str, str]]:
     store.close()
 
 
+def test_reserve_many_takes_each_rows_own_count_in_one_statement(sql_store: Any) -> None:
+    """300 rows wanting seven different counts (prefetches, each sized for its own pace)
+    are one UPDATE (PostgreSQL, SQLite; MariaDB: a SELECT ... FOR UPDATE and an UPDATE),
+    not one per count; each row moves by its own count. An exhausted row, a row too near
+    its end for its count, a hand-broken one, a missing name and a name asked twice get
+    None and are not written (MariaDB, planning as reserve does, gives the near one the
+    shorter block reserve gives); reserve then refuses or serves each."""
+    names = [f"m{i:03d}" for i in range(300)]
+    extra = [SequenceConfig("done", end=3), SequenceConfig("near", end=10), SequenceConfig("bad")]
+    SequenceRegistry(sql_store).register_many([SequenceConfig(n) for n in names] + extra)
+    sql_store.reserve("done", 3)
+    sql_store.reserve("bad", 1)
+    with sql_store.engine.begin() as connection:
+        t = sql_store.table
+        connection.execute(sa.update(t).where(t.c.name == "bad").values(step=0))
+    counts = {name: 100 * (1 + at % 7) for at, name in enumerate(names)}
+    before = {name: sql_store.read(name).version for name in ("done", "near")}
+    asked = [*counts.items(), ("done", 1), ("near", 20), ("bad", 5), ("missing", 5)]
+    with counting(sql_store) as seen:
+        blocks = reserve_many(sql_store, [*asked, ("m000", 100)])
+    assert seen["statements"] <= 2, seen
+    got = {block.name: (block.first, block.last) for block in blocks if block is not None}
+    near = got.pop("near", None)
+    assert got == {name: (1, count) for name, count in counts.items()}
+    assert [blocks[-5], *blocks[-3:]] == [None] * 4
+    for name, count in counts.items():
+        assert sql_store.read(name).current == count + 1
+    assert sql_store.read("done").version == before["done"]
+    assert sql_store.read("missing") is None
+    with pytest.raises(SequenceExhausted):
+        sql_store.reserve("done", 1)
+    if near is None:
+        assert sql_store.read("near").version == before["near"]
+        near = (sql_store.reserve("near", 20).first, 10)
+    assert (near, sql_store.read("near").current) == ((1, 10), 11)
+    with pytest.raises(InvalidStoredRow, match="bad"):
+        sql_store.reserve("bad", 1)
+
+
 def _corrupt(store: Any, name: str, **fields: int) -> None:
     """Edit ``name``'s stored row by hand, as an operator's shell would."""
     if hasattr(store, "collection"):

@@ -96,6 +96,7 @@ from autoseq.stores.sql._statements import (
     batch_release,
     make_names_binary,
     missing_table,
+    mixed_reservation,
     name_type,
     one_statement_reservation,
     retryable,
@@ -253,6 +254,7 @@ class SQLStore:
         self._many_statement = one_statement_reservation(
             self.table, self.engine, settings, many=True
         )
+        self._mixed_statement = mixed_reservation(self.table, self.engine, settings)
         self._release_statement = batch_release(self.table, self.engine)
         reset_after_fork(self)
 
@@ -787,10 +789,12 @@ class SQLStore:
     def reserve_many(self, requests: list[tuple[str, int]]) -> list[Block | None]:
         """A block of many sequences in few round trips, each row's own compare-and-set.
 
-        Where the database has ``UPDATE ... RETURNING``: the one-statement
-        reservation over up to 5,000 names (``name IN (...)``), each row under
-        its conditions; a row it leaves alone (missing, cycling, near its
-        end, hand-edited) is None, for ``reserve`` to handle or refuse.
+        Where the database has ``UPDATE ... FROM ... RETURNING`` (PostgreSQL,
+        SQLite 3.38+): one statement per 5,000 names, each row taking its own
+        count under the conditions of the one-statement reservation
+        (`mixed_reservation`); a row it leaves alone (missing, cycling, near
+        its end, hand-edited) is None, for ``reserve`` to handle or refuse.
+        On an older SQLite with ``RETURNING``: one such statement per count.
         Elsewhere (MariaDB, MySQL): the rows are read under ``SELECT ... FOR
         UPDATE``, planned as ``reserve`` plans them, and written by one
         ``UPDATE`` whose ``(name, version) IN (...)`` is the compare-and-set;
@@ -806,25 +810,28 @@ class SQLStore:
             return out
         self._upgrade_table()
         index: dict[str, int] = {}
-        by_count: dict[int, list[str]] = {}
+        counts: dict[str, int] = {}
         for at, (name, count) in enumerate(items):
             if name not in index:
                 index[name] = at
-                by_count.setdefault(count, []).append(name)
-        size = self._chunk() if self._many_statement is not None else self._chunk(3)
-        batches = [
-            (count, names[at : at + size])
-            for count, names in by_count.items()
+                counts[name] = count
+        one_statement = self._mixed_statement is not None or self._many_statement is not None
+        size = self._chunk() if one_statement else self._chunk(3)
+        # In one order everywhere: processes reserving overlapping rows together lock them
+        # in the same order, so their statements never deadlock.
+        names = sorted(counts)
+        chunks = [
+            {name: counts[name] for name in names[at : at + size]}
             for at in range(0, len(names), size)
         ]
         got: list[Block] = []
         try:
             with self._watching() as warnings:
                 if self.dialect == "sqlite":  # one writer anyway: one transaction, one commit
-                    got = self._reserving(batches, one_transaction=True)
+                    got = self._reserving(chunks, one_transaction=True)
                 else:
-                    for batch in batches:
-                        got.extend(self._reserving([batch], one_transaction=False))
+                    for chunk in chunks:
+                        got.extend(self._reserving([chunk], one_transaction=False))
         except StoreUnavailable:
             if not got:
                 raise
@@ -843,30 +850,24 @@ class SQLStore:
         self.reservations += len(got)
         return out
 
-    def _reserving(
-        self, batches: list[tuple[int, list[str]]], *, one_transaction: bool
-    ) -> list[Block]:
-        """Reserve ``count`` values of each row of every (count, names), retrying conflicts."""
-        statement = self._many_statement
+    def _reserving(self, chunks: list[dict[str, int]], *, one_transaction: bool) -> list[Block]:
+        """Reserve from each row of every chunk the values it maps to, retrying conflicts."""
         started = time.monotonic()
-        what = f"reserving from {sum(len(names) for _, names in batches)} sequence(s)"
+        what = f"reserving from {sum(map(len, chunks))} sequence(s)"
         for attempt in range(self.max_retries):
             try:
                 got: list[Block] = []
-                if statement is None:
+                if self._mixed_statement is None and self._many_statement is None:
                     with self._transaction() as connection:
-                        for count, names in batches:
-                            got.extend(self._reserve_locked_rows(connection, count, names))
+                        for chunk in chunks:
+                            got.extend(self._reserve_locked_rows(connection, chunk))
                     return got
                 context = self._transaction() if one_transaction else self._connection()
                 with context as connection:
                     if not one_transaction:
                         connection.execution_options(isolation_level="AUTOCOMMIT")
-                    now = utc_now()
-                    for count, names in batches:
-                        params = {"seq_names": names, "count": count, "span": count - 1}
-                        rows = connection.execute(statement, params | {"now": now}).all()
-                        got.extend(_returned_block(row, count) for row in configs_from_values(rows))
+                    for chunk in chunks:
+                        got.extend(self._reserve_returning(connection, chunk))
                 return got
             except Conflict:
                 pass
@@ -882,21 +883,41 @@ class SQLStore:
             "each colliding with another reservation; reserve them one by one"
         )
 
-    def _reserve_locked_rows(
-        self, connection: Connection, count: int, names: list[str]
-    ) -> list[Block]:
+    def _reserve_returning(self, connection: Connection, counts: dict[str, int]) -> list[Block]:
+        """Reserve ``counts`` with ``UPDATE ... RETURNING``: one statement for them all where
+        the database joins them (`mixed_reservation`), else one per count."""
+        now = utc_now()
+        statement = self._mixed_statement
+        rows: list[Any] = []
+        if statement is not None:
+            if self.dialect == "sqlite":
+                wanted = json.dumps([[name, n] for name, n in counts.items()], ensure_ascii=False)
+                params: dict[str, Any] = {"wanted": wanted}
+            else:
+                params = {"names": list(counts), "counts": list(counts.values())}
+            rows.extend(connection.execute(statement, params | {"now": now}).all())
+        elif (many := self._many_statement) is not None:
+            by_count: dict[int, list[str]] = {}
+            for name, count in counts.items():
+                by_count.setdefault(count, []).append(name)
+            for count, names in by_count.items():
+                params = {"seq_names": names, "count": count, "span": count - 1, "now": now}
+                rows.extend(connection.execute(many, params).all())
+        return [_returned_block(row, counts[row.name]) for row in configs_from_values(rows)]
+
+    def _reserve_locked_rows(self, connection: Connection, counts: dict[str, int]) -> list[Block]:
         """Without ``UPDATE ... RETURNING``: read the rows under ``FOR UPDATE``, plan each as
         ``reserve`` does, and write them in one ``UPDATE`` guarded by each row's version."""
         t = self.table
         columns = [t.c[column] for column in ROW_COLUMNS]
         rows = connection.execute(
-            sa.select(*columns).where(t.c.name.in_(names)).with_for_update()
+            sa.select(*columns).where(t.c.name.in_(list(counts))).with_for_update()
         ).all()
         planned: list[tuple[Block, int]] = []
         for row in rows:
             try:
                 [stored] = configs_from_values([row])
-                planned.append(plan_reservation(stored, count))
+                planned.append(plan_reservation(stored, counts[stored.name]))
             except (InvalidSequenceConfig, SequenceExhausted):
                 continue  # left to reserve(), which refuses it by name
         if not planned:

@@ -199,33 +199,97 @@ def one_statement_reservation(
         if sqlite3.sqlite_version_info < (3, 35):
             return None
     c = table.c
+    if many:
+        names: sa.ColumnElement[bool] = c.name.in_(
+            sa.bindparam("seq_names", expanding=True, type_=c.name.type)
+        )
+    else:
+        names = c.name == sa.bindparam("seq_name", type_=c.name.type)
     span = sa.bindparam("span", type_=sa.BigInteger)
-    top = sa.literal(MAX_VALUE, sa.BigInteger) - c.step  # never overflows: step >= 1
+    count = sa.bindparam("count", type_=sa.BigInteger)
     return (
         sa.update(table)
-        .where(
-            (
-                c.name.in_(sa.bindparam("seq_names", expanding=True, type_=c.name.type))
-                if many
-                else c.name == sa.bindparam("seq_name", type_=c.name.type)
-            ),
-            c.cycle == sa.false(),
-            c.batch.in_([sa.true(), sa.false()]),  # a hand-edited flag goes to the refusing path
-            c.step >= 1,
-            c.batch_count >= 1,
-            c.start >= 0,
-            c.start <= c.end,
-            c.start <= top,
-            c.current >= c.start,
-            c.current <= c.end,
-            c.current <= top,
-            (c.current - c.start) % c.step == 0,
-            (c.end - c.current) // c.step >= span,
-            (top - c.current) // c.step >= span,
-            *(sa.func.set_config(k, v, sa.true()).is_not(None) for k, v in settings.items()),
-        )
+        .where(names, *_reservable(c, span, settings))
         .values(
-            current=c.current + sa.bindparam("count", type_=sa.BigInteger) * c.step,
+            current=c.current + count * c.step,
+            updated_at=sa.bindparam("now", type_=c.updated_at.type),
+            version=c.version + 1,
+        )
+        .returning(*c)
+    )
+
+
+def _reservable(
+    c: Any, span: sa.ColumnElement[Any], settings: Mapping[str, str]
+) -> list[sa.ColumnElement[Any]]:
+    """The conditions under which a reservation statement moves a row ``span + 1`` steps."""
+    top = sa.literal(MAX_VALUE, sa.BigInteger) - c.step  # never overflows: step >= 1
+    return [
+        c.cycle == sa.false(),
+        c.batch.in_([sa.true(), sa.false()]),  # a hand-edited flag goes to the refusing path
+        c.step >= 1,
+        c.batch_count >= 1,
+        c.start >= 0,
+        c.start <= c.end,
+        c.start <= top,
+        c.current >= c.start,
+        c.current <= c.end,
+        c.current <= top,
+        (c.current - c.start) % c.step == 0,
+        (c.end - c.current) // c.step >= span,
+        (top - c.current) // c.step >= span,
+        *(sa.func.set_config(k, v, sa.true()).is_not(None) for k, v in settings.items()),
+    ]
+
+
+def mixed_reservation(
+    table: sa.Table, engine: Engine, settings: Mapping[str, str]
+) -> sa.Update | None:
+    """One ``UPDATE ... FROM ... RETURNING`` taking a count of its own from each named row.
+
+    ``SQLStore.reserve_many`` for rows wanting different counts (prefetches
+    of many sequences, each sized for its own pace) in one statement, under
+    the conditions of `one_statement_reservation`. The (name, count) pairs
+    come in a fixed number of parameters whatever their number (PostgreSQL:
+    two arrays through ``unnest``; SQLite: one JSON array through
+    ``json_each``), so the statement is compiled once. None where the
+    dialect has no such form (MariaDB/MySQL, SQLite before 3.38).
+    """
+    from sqlalchemy.dialects import postgresql
+
+    dialect = engine.dialect
+    wanted: sa.FromClause
+    if dialect.name == "postgresql" and dialect.update_returning:
+        wanted = (
+            sa.func.unnest(
+                sa.bindparam("names", type_=postgresql.ARRAY(sa.Text)),
+                sa.bindparam("counts", type_=postgresql.ARRAY(sa.BigInteger)),
+            )
+            .table_valued("name", "n")
+            .render_derived(name="wanted")
+        )
+    elif dialect.name == "sqlite" and dialect.update_returning:
+        import sqlite3
+
+        if sqlite3.sqlite_version_info < (3, 38):  # UPDATE FROM, RETURNING, built-in JSON
+            return None
+        each = sa.func.json_each(sa.bindparam("wanted", type_=sa.Text)).table_valued("value")
+
+        def item(at: int, kind: sa.types.TypeEngine[Any]) -> sa.ColumnElement[Any]:
+            return sa.func.json_extract(each.c.value, sa.literal_column(f"'$[{at}]'"), type_=kind)
+
+        wanted = sa.select(
+            item(0, sa.Text()).label("name"), item(1, sa.BigInteger()).label("n")
+        ).subquery("wanted")
+    else:
+        return None
+    c = table.c
+    count = wanted.c.n
+    return (
+        sa.update(table)
+        .where(c.name == wanted.c.name, *_reservable(c, count - 1, settings))
+        .values(
+            current=c.current + count * c.step,
             updated_at=sa.bindparam("now", type_=c.updated_at.type),
             version=c.version + 1,
         )
