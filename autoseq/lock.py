@@ -31,7 +31,6 @@ advanced under the lock.
 from __future__ import annotations
 
 import contextlib
-import functools
 import itertools
 import logging
 import os
@@ -60,7 +59,15 @@ from autoseq.pacing import (
     LowRemainingAlarm,
     shared_budget,
 )
-from autoseq.stores.base import MAX_MANY, Block, SequenceStore, check_many, release_many
+from autoseq.stores.base import (
+    MAX_MANY,
+    Block,
+    SequenceStore,
+    check_many,
+    release_many,
+    reserve_many,
+)
+from autoseq.stores.capabilities import ReservesMany
 
 __all__ = [
     "DEFAULT_CLOSE_TIMEOUT",
@@ -448,7 +455,7 @@ class SequenceLock:
         self._sizer.serving(max(0, buffer.served() - taken), now - self._serving_since)
         ticket = object()
         self._queued = ticket
-        if not prefetch.shared().submit(functools.partial(self._prefetch, ticket)):
+        if not prefetch.shared().submit(_Prefetch(self, ticket)):
             # No worker thread could start: the caller that empties the
             # block reserves inline, as without prefetching.
             self._queued = None
@@ -523,21 +530,28 @@ class SequenceLock:
         started = time.monotonic()
         try:
             block = self._fenced(self.store.reserve(self.name, count), count)
-        except SequenceExhausted as exc:
-            signals.sequence_exhausted.send(self, name=self.name, current=exc.current, end=exc.end)
-            raise
-        except StoreUnavailable as exc:
-            self._note_failure(exc)
-            if isinstance(exc, ReservationConflict) and exc.name == self.name:
-                raise  # it already names this sequence and says what to do
-            raise type(exc)(
-                f"sequence {self.name!r}: store unavailable ({exc})",
-                name=self.name,
-                operation=exc.operation,
-                reason=exc.reason,
-            ) from exc
+        except (SequenceExhausted, StoreUnavailable) as exc:
+            failed = self._store_failed(exc)
+            if failed is exc:
+                raise
+            raise failed from exc
         self._reserved(block, time.monotonic() - started, started, prefetch=prefetch)
         return block
+
+    def _store_failed(self, exc: SequenceExhausted | StoreUnavailable) -> AutoseqError:
+        """Signal or record a failed reservation; the error to raise, naming the sequence."""
+        if isinstance(exc, SequenceExhausted):
+            signals.sequence_exhausted.send(self, name=self.name, current=exc.current, end=exc.end)
+            return exc
+        self._note_failure(exc)
+        if isinstance(exc, ReservationConflict) and exc.name == self.name:
+            return exc  # it already names this sequence and says what to do
+        return type(exc)(
+            f"sequence {self.name!r}: store unavailable ({exc})",
+            name=self.name,
+            operation=exc.operation,
+            reason=exc.reason,
+        )
 
     def _reserved(self, block: Block, latency: float, started: float, *, prefetch: bool) -> None:
         """Account for a block the store just gave: pacing, signals, the low-range warning."""
@@ -721,29 +735,58 @@ class SequenceLock:
         Does nothing when ``ticket`` is no longer the one queued: a caller
         took the task back and reserved inline, or the lock closed.
         """
-        with self._lock:
-            if self._queued is not ticket:
-                return
-            self._queued = None
-            if self._closed or self._pid != os.getpid():
-                self._notify_all()
-                return
-            self._loading = True
-            count = self._sizer.reservation(0, self._bulk_buffer())
+        count = self._prefetch_begins(ticket)
+        if not count:
+            return
         try:
             block = self._reserve(count, prefetch=True)
         except Exception as exc:  # noqa: BLE001 - reported, retried later
-            signals.prefetch_failed.send(self, name=self.name, error=exc)
-            with self._lock:
-                self._loading = False
-                self._settle()
-                if isinstance(exc, StoreUnavailable):
-                    # Let a caller past the prefetch point try again once
-                    # the back-off is over; exhaustion is for the caller
-                    # that empties the block to meet.
-                    self._buffer.look_again_soon()
-                self._notify_all()
+            self._prefetch_failed(exc)
             return
+        self._prefetch_arrived(block)
+
+    def _prefetch_begins(self, ticket: object) -> int:
+        """The values the prefetch of ``ticket`` reserves, now loading; 0 if it is not to run."""
+        with self._lock:
+            if self._queued is not ticket:
+                return 0
+            self._queued = None
+            if self._closed or self._pid != os.getpid():
+                self._notify_all()
+                return 0
+            self._loading = True
+            return self._sizer.reservation(0, self._bulk_buffer())
+
+    def _prefetched(self, count: int, block: Block | None, latency: float, started: float) -> None:
+        """Take ``block``, reserved with other sequences' prefetches (`_prefetch_together`),
+        or reserve ``count`` alone when the store left this row out (None)."""
+        try:
+            if block is None:
+                block = self._reserve(count, prefetch=True)
+            else:
+                block = self._fenced(block, count)
+                self._reserved(block, latency, started, prefetch=True)
+        except (SequenceExhausted, StoreUnavailable) as exc:
+            self._prefetch_failed(exc if block is None else self._store_failed(exc))
+            return
+        except Exception as exc:  # noqa: BLE001 - reported, retried later
+            self._prefetch_failed(exc)
+            return
+        self._prefetch_arrived(block)
+
+    def _prefetch_failed(self, exc: Exception) -> None:
+        signals.prefetch_failed.send(self, name=self.name, error=exc)
+        with self._lock:
+            self._loading = False
+            self._settle()
+            if isinstance(exc, StoreUnavailable):
+                # Let a caller past the prefetch point try again once
+                # the back-off is over; exhaustion is for the caller
+                # that empties the block to meet.
+                self._buffer.look_again_soon()
+            self._notify_all()
+
+    def _prefetch_arrived(self, block: Block) -> None:
         with self._lock:
             self._loading = False
             if self._closed:
@@ -1010,3 +1053,57 @@ def _close_all_at_exit() -> None:
 
 _hooks.on_fork(after_in_child=_after_fork_in_child)
 _hooks.at_exit(_close_all_at_exit)
+
+
+class _Prefetch:
+    """A prefetch task for the shared pool: reserve ``lock``'s next block.
+
+    Tasks with the same ``batch_key`` (one store that reserves many rows in
+    one round trip) may be run together by a worker that finds several
+    queued (`PrefetchPool` calls `run_together`): at scale, when thousands of
+    sequences reach their prefetch points at once (10,000 taken round-robin
+    reach them together), each round trip then reserves for hundreds of
+    them instead of one.
+    """
+
+    __slots__ = ("batch_key", "lock", "ticket")
+
+    def __init__(self, lock: SequenceLock, ticket: object) -> None:
+        self.lock = lock
+        self.ticket = ticket
+        store = lock.store
+        self.batch_key: object | None = store if isinstance(store, ReservesMany) else None
+
+    def __call__(self) -> None:
+        self.lock._prefetch(self.ticket)
+
+    def run_together(self, tasks: list[_Prefetch]) -> None:
+        """Run ``tasks`` (this one among them, all of one store) with one ``reserve_many``.
+
+        Each lock still decides whether its prefetch runs (a caller may have
+        taken it back) and how many values it wants; a row the store leaves
+        out is reserved alone, and a failure of the whole call is each
+        lock's failure, as if its own reservation had failed.
+        """
+        wanted: list[tuple[SequenceLock, int]] = []
+        for task in tasks:
+            count = task.lock._prefetch_begins(task.ticket)
+            if count:
+                wanted.append((task.lock, count))
+        if not wanted:
+            return
+        if len(wanted) == 1:
+            lock, count = wanted[0]
+            lock._prefetched(count, None, 0.0, 0.0)
+            return
+        started = time.monotonic()
+        try:
+            blocks = reserve_many(self.lock.store, [(lock.name, n) for lock, n in wanted])
+        except Exception as exc:  # noqa: BLE001 - each lock reports it as its own
+            for lock, _ in wanted:
+                error = lock._store_failed(exc) if isinstance(exc, StoreUnavailable) else exc
+                lock._prefetch_failed(error)
+            return
+        latency = time.monotonic() - started
+        for (lock, count), block in zip(wanted, blocks, strict=True):
+            lock._prefetched(count, block, latency, started)

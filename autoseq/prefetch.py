@@ -23,6 +23,15 @@ whose block runs out while its task is still queued takes the task back
 and reserves inline (`autoseq.lock.SequenceLock._reserve_now`), so it
 waits on its own store's round trip, never on another sequence's store.
 
+Tasks that say they may run together (a ``batch_key`` attribute, not
+None, and a ``run_together`` method: the prefetches of sequences on one
+store that reserves many rows in one round trip) are taken together: a
+worker popping one takes every task queued with the same key, up to
+`MAX_TOGETHER`, and runs them in one call. A trickle of prefetches runs
+one by one as before; a wave of them (thousands of sequences reaching
+their prefetch points together) costs a round trip per `MAX_TOGETHER`
+instead of one each.
+
 After ``fork()`` the child starts with an empty pool (the parent's threads
 do not exist there, and its lock may have been held); a thread starts on
 the child's first prefetch.
@@ -40,7 +49,14 @@ from collections.abc import Callable
 from autoseq import _hooks
 from autoseq.errors import InvalidSequenceConfig
 
-__all__ = ["DEFAULT_WORKERS", "MAX_WORKERS", "PrefetchPool", "configure", "shared"]
+__all__ = [
+    "DEFAULT_WORKERS",
+    "MAX_TOGETHER",
+    "MAX_WORKERS",
+    "PrefetchPool",
+    "configure",
+    "shared",
+]
 
 log = logging.getLogger("autoseq")
 
@@ -48,6 +64,8 @@ log = logging.getLogger("autoseq")
 DEFAULT_WORKERS = 4
 #: The most threads a pool may have: issue 34 asks for at most 8 in all.
 MAX_WORKERS = 8
+#: The most queued tasks of one ``batch_key`` a worker takes together.
+MAX_TOGETHER = 1000
 
 Task = Callable[[], None]
 
@@ -115,8 +133,12 @@ class PrefetchPool:
                     cond.wait()
                     self._idle -= 1
                 task = tasks.popleft()
+                together = _same_key(task, tasks) if tasks else None
             try:
-                task()
+                if together:
+                    task.run_together([task, *together])  # type: ignore[attr-defined]
+                else:
+                    task()
             except Exception:  # a task reports its own failures; this one escaped
                 log.exception("prefetch: a task failed")
 
@@ -132,6 +154,25 @@ class PrefetchPool:
 
     def _after_fork_in_child(self) -> None:
         self._reset()
+
+
+def _same_key(task: Task, tasks: deque[Task]) -> list[Task]:
+    """Take out of ``tasks`` those that may run with ``task`` (its ``batch_key``), up to
+    `MAX_TOGETHER` in all; the others keep their order. Called under the pool's lock."""
+    key = getattr(task, "batch_key", None)
+    if key is None:
+        return []
+    together: list[Task] = []
+    kept: list[Task] = []
+    for other in tasks:
+        if len(together) < MAX_TOGETHER - 1 and getattr(other, "batch_key", None) is key:
+            together.append(other)
+        else:
+            kept.append(other)
+    if together:
+        tasks.clear()
+        tasks.extend(kept)
+    return together
 
 
 def _checked(workers: int) -> int:

@@ -416,10 +416,14 @@ def test_close_leaves_nothing_loading() -> None:
     assert store.reservations == reserved
 
 
-def test_close_of_many_locks_starts_no_reservation_once_begun() -> None:
+def test_close_of_many_locks_starts_no_reservation_once_begun(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """close_locks() shuts every lock before waiting for any prefetch in flight: meanwhile
-    the pool's workers start no reservation for the locks after it (each a round trip,
-    then a tail to hand back), and every tail, in-flight blocks included, goes back."""
+    the pool's worker starts no reservation for the locks after it (each a round trip,
+    then a tail to hand back), neither one by one nor together, and every tail, in-flight
+    blocks included, goes back."""
+    monkeypatch.setattr(prefetch, "_shared", prefetch.PrefetchPool(1))
     memory = MemoryStore()
     gate = threading.Event()
     gate.set()
@@ -431,15 +435,27 @@ def test_close_of_many_locks_starts_no_reservation_once_begun() -> None:
             assert gate.wait(5)
             return super().reserve(name, count)
 
+        def reserve_many(self, requests: list[tuple[str, int]]) -> Any:
+            entered.extend(name for name, _ in requests)  # queued prefetches taken together
+            assert gate.wait(5)
+            return super().reserve_many(requests)
+
     registry = SequenceRegistry(Gated(memory), policy=BufferPolicy(max_batch_count=10))
     locks = [registry.register(SequenceConfig(f"g{i:02d}", batch_count=10)) for i in range(20)]
     assert [lock.next() for lock in locks] == [1] * 20  # first blocks, reserved inline
-    gate.clear()
-    assert [lock.next() for lock in locks] == [2] * 20  # past the prefetch point: 20 tasks
     deadline = time.monotonic() + 2
-    while not (any(lock._loading for lock in locks) and prefetch.shared().queued()):
-        assert time.monotonic() < deadline, "no prefetch in flight with others queued"
+    while not all(lock.stats()["next_block_left"] == 10 for lock in locks):
+        assert time.monotonic() < deadline, "second blocks not prefetched"
         time.sleep(0.001)
+    gate.clear()
+    # 2..12: past the second block's prefetch point, the only worker reserves, held
+    assert [locks[0].next() for _ in range(11)] == list(range(2, 13))
+    while not locks[0]._loading:
+        assert time.monotonic() < deadline, "no prefetch in flight"
+        time.sleep(0.001)
+    for lock in locks[1:]:  # 19 tasks queued behind it
+        assert [lock.next() for _ in range(11)] == list(range(2, 13))
+    assert prefetch.shared().queued() == 19
     opened: list[int] = []
 
     def open_once_all_shut() -> None:
@@ -454,7 +470,7 @@ def test_close_of_many_locks_starts_no_reservation_once_begun() -> None:
     assert registry.close_locks() == []
     opener.join()
     assert len(entered) == opened[0], f"{entered[opened[0] :]} reserved during close"
-    assert {memory.read(lock.name).current for lock in locks} == {3}
+    assert {memory.read(lock.name).current for lock in locks} == {13}
 
 
 def test_low_remaining_warns_once(caplog: pytest.LogCaptureFixture) -> None:

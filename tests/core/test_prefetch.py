@@ -222,3 +222,133 @@ def test_configure_resizes_the_shared_pool(pool: PrefetchPool) -> None:
     while pool.threads() > 1 and time.monotonic() < deadline + 5:
         time.sleep(0.01)
     assert pool.threads() == 1
+
+
+class Held(FlakyStore):
+    """A FlakyStore whose reservations wait for ``gate`` and are recorded, one by one
+    (``reserve``) or together (``reserve_many``)."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner)
+        self.gate = threading.Event()
+        self.gate.set()
+        self.alone: list[str] = []
+        self.together: list[list[tuple[str, int]]] = []
+
+    def reserve(self, name: str, count: int) -> Any:
+        self.alone.append(name)
+        assert self.gate.wait(5)
+        return super().reserve(name, count)
+
+    def reserve_many(self, requests: list[tuple[str, int]]) -> Any:
+        self.together.append(list(requests))
+        assert self.gate.wait(5)
+        return super().reserve_many(requests)
+
+
+def held_wave(pool: PrefetchPool, store: Held, count: int) -> list[Any]:
+    """``count`` locks on ``store``, each past its second block's prefetch point while the
+    pool's only worker is held in the first one's reservation: ``count - 1`` queued."""
+    pool.resize(1)
+    registry = SequenceRegistry(store, policy=BufferPolicy(max_batch_count=10))
+    locks = [registry.register(SequenceConfig(f"w{i:03d}", batch_count=10)) for i in range(count)]
+    assert [lock.next() for lock in locks] == [1] * count
+    deadline = time.monotonic() + 5
+    while not all(lock.stats()["next_block_left"] == 10 for lock in locks):
+        assert time.monotonic() < deadline, "second blocks not prefetched"
+        time.sleep(0.001)
+    store.gate.clear()
+    store.alone.clear()
+    store.together.clear()
+    assert [locks[0].next() for _ in range(11)] == list(range(2, 13))
+    while not locks[0].stats()["loading"] or pool.queued():
+        assert time.monotonic() < deadline, "the worker never took the first prefetch"
+        time.sleep(0.001)
+    for lock in locks[1:]:
+        assert [lock.next() for _ in range(11)] == list(range(2, 13))
+    assert pool.queued() == count - 1
+    return locks
+
+
+def test_a_wave_of_prefetches_on_one_store_is_one_round_trip(pool: PrefetchPool) -> None:
+    """300 sequences past their prefetch points at once (the pool's one worker held): the
+    299 queued prefetches go in one reserve_many, each with its own lock's count, and every
+    sequence then serves on from memory, in order, with no value twice."""
+    store = Held(MemoryStore())
+    locks = held_wave(pool, store, 300)
+    store.gate.set()
+    deadline = time.monotonic() + 5
+    while pool.queued() or any(lock.stats()["loading"] for lock in locks):
+        assert time.monotonic() < deadline, "the wave never arrived"
+        time.sleep(0.001)
+    assert store.alone == ["w000"]
+    assert [sorted(batch) for batch in store.together] == [
+        sorted((lock.name, 10) for lock in locks[1:])
+    ]
+    waits = sum(lock.stats()["caller_waits"] for lock in locks)
+    served = {lock.name: [lock.next() for _ in range(18)] for lock in locks}
+    assert all(values == list(range(13, 31)) for values in served.values())
+    assert sum(lock.stats()["caller_waits"] for lock in locks) == waits
+    for lock in locks:
+        lock.close()
+
+
+def test_a_row_left_out_of_a_wave_is_reserved_alone(pool: PrefetchPool) -> None:
+    """A sequence whose row reserve_many leaves out (None: its end is near) gets its block
+    from reserve, on the same worker; the others' blocks came together."""
+    memory = MemoryStore()
+    store = Held(memory)
+    locks = held_wave(pool, store, 5)
+    real = store.reserve_many
+
+    def leave_out_w003(requests: list[tuple[str, int]]) -> Any:
+        blocks = real([item for item in requests if item[0] != "w003"])
+        out = iter(blocks)
+        return [None if name == "w003" else next(out) for name, _ in requests]
+
+    store.reserve_many = leave_out_w003  # type: ignore[method-assign]
+    store.gate.set()
+    deadline = time.monotonic() + 5
+    while pool.queued() or any(lock.stats()["loading"] for lock in locks):
+        assert time.monotonic() < deadline, "the wave never arrived"
+        time.sleep(0.001)
+    assert store.alone == ["w000", "w003"]
+    assert {lock.name: [lock.next() for _ in range(18)] for lock in locks} == {
+        lock.name: list(range(13, 31)) for lock in locks
+    }
+    for lock in locks:
+        lock.close()
+
+
+def test_a_wave_whose_round_trip_fails_is_each_locks_failure(pool: PrefetchPool) -> None:
+    """The store down during a wave's reserve_many: every lock of it reports prefetch_failed
+    naming itself, serves what it holds, then reserves again once the store is back; no
+    value is lost to the failure nor served twice."""
+    from autoseq import signals
+
+    store = Held(MemoryStore())
+    locks = held_wave(pool, store, 6)
+    failed: list[tuple[str, str]] = []
+
+    def record(_sender: Any, name: str, error: Exception) -> None:
+        failed.append((name, str(error)))
+
+    signals.prefetch_failed.connect(record)
+    try:
+        store.down = True
+        store.gate.set()
+        deadline = time.monotonic() + 5
+        while len(failed) < 6:
+            assert time.monotonic() < deadline, f"failures reported: {failed}"
+            time.sleep(0.001)
+    finally:
+        signals.prefetch_failed.disconnect(record)
+    # w000 failed alone (its own reserve); the other five together, each named
+    assert sorted(name for name, _ in failed) == [lock.name for lock in locks]
+    assert all(f"sequence {name!r}" in error for name, error in failed)
+    store.down = False
+    time.sleep(0.2)  # each lock's back-off after its one failure (retry_initial, 0.05 s)
+    served = {lock.name: [lock.next() for _ in range(28)] for lock in locks}
+    assert all(values == list(range(13, 41)) for values in served.values())
+    for lock in locks:
+        lock.close()

@@ -78,8 +78,8 @@ def serve(store: SQLStore) -> tuple[int, int]:
 
 
 def test_thousands_of_sequences_round_robin_make_far_fewer_reservations(many: SQLStore) -> None:
-    """2,000 sequences round-robin: per value served, a quarter of the reservations or fewer
-    than with blocks sized per sequence (the budget lifted), and no value twice."""
+    """2,000 sequences round-robin: per value served, half the reservations or fewer than
+    with blocks sized per sequence (the budget lifted), and no value twice."""
     try:
         configure(reservations_per_second=1e9)  # never binds: each sequence sized alone
         alone_values, alone = serve(many)
@@ -87,9 +87,11 @@ def test_thousands_of_sequences_round_robin_make_far_fewer_reservations(many: SQ
         configure(reservations_per_second=DEFAULT_RESERVATIONS_PER_SECOND)
     configure().reset()
     shared_values, shared = serve(many)
-    # Measured: 100 values a reservation with the budget lifted, 570 (SQLite)
-    # and 990 (PostgreSQL) with it, on a loaded 2-core machine.
-    assert shared_values / shared >= 4 * alone_values / alone, (
+    # Measured with prefetches taken together (one reserve_many per wave): 3,300-3,400
+    # values a reservation with the budget lifted, 7,500-8,500 with it (SQLite and
+    # PostgreSQL alike). Before, each prefetch was a round trip of its own and the
+    # lifted case starved on them: 100 values a reservation, against 570-990.
+    assert shared_values / shared >= 2 * alone_values / alone, (
         f"budget: {shared_values:,} values in {shared:,} reservations; "
         f"lifted: {alone_values:,} in {alone:,}"
     )
