@@ -255,33 +255,10 @@ def mixed_reservation(
     ``json_each``), so the statement is compiled once. None where the
     dialect has no such form (MariaDB/MySQL, SQLite before 3.38).
     """
-    from sqlalchemy.dialects import postgresql
-
-    dialect = engine.dialect
-    wanted: sa.FromClause
-    if dialect.name == "postgresql" and dialect.update_returning:
-        wanted = (
-            sa.func.unnest(
-                sa.bindparam("names", type_=postgresql.ARRAY(sa.Text)),
-                sa.bindparam("counts", type_=postgresql.ARRAY(sa.BigInteger)),
-            )
-            .table_valued("name", "n")
-            .render_derived(name="wanted")
-        )
-    elif dialect.name == "sqlite" and dialect.update_returning:
-        import sqlite3
-
-        if sqlite3.sqlite_version_info < (3, 38):  # UPDATE FROM, RETURNING, built-in JSON
-            return None
-        each = sa.func.json_each(sa.bindparam("wanted", type_=sa.Text)).table_valued("value")
-
-        def item(at: int, kind: sa.types.TypeEngine[Any]) -> sa.ColumnElement[Any]:
-            return sa.func.json_extract(each.c.value, sa.literal_column(f"'$[{at}]'"), type_=kind)
-
-        wanted = sa.select(
-            item(0, sa.Text()).label("name"), item(1, sa.BigInteger()).label("n")
-        ).subquery("wanted")
-    else:
+    wanted = _passed_rows(
+        engine, "wanted", "wanted", [("name", "names", sa.Text()), ("n", "counts", sa.BigInteger())]
+    )
+    if wanted is None:
         return None
     c = table.c
     count = wanted.c.n
@@ -297,6 +274,49 @@ def mixed_reservation(
     )
 
 
+def _passed_rows(
+    engine: Engine,
+    alias: str,
+    document: str,
+    columns: list[tuple[str, str, sa.types.TypeEngine[Any]]],
+) -> sa.FromClause | None:
+    """Rows sent as a fixed number of parameters, as a table named ``alias``, or None.
+
+    ``columns``: (column, array parameter, type) of each. PostgreSQL: one
+    array parameter a column, through ``unnest``; SQLite 3.38+ (UPDATE FROM,
+    RETURNING, built-in JSON): one JSON array of rows in the ``document``
+    parameter, through ``json_each``. None elsewhere (MariaDB/MySQL, other
+    PostgreSQL look-alikes, older SQLite).
+    """
+    from sqlalchemy.dialects import postgresql
+
+    dialect = engine.dialect
+    if not dialect.update_returning:
+        return None
+    if dialect.name == "postgresql":
+        arrays = [sa.bindparam(param, type_=postgresql.ARRAY(kind)) for _, param, kind in columns]
+        return (
+            sa.func.unnest(*arrays)
+            .table_valued(*(name for name, _, _ in columns))
+            .render_derived(name=alias)
+        )
+    if dialect.name != "sqlite":
+        return None
+    import sqlite3
+
+    if sqlite3.sqlite_version_info < (3, 38):
+        return None
+    each = sa.func.json_each(sa.bindparam(document, type_=sa.Text)).table_valued("value")
+    return sa.select(
+        *(
+            sa.func.json_extract(each.c.value, sa.literal_column(f"'$[{at}]'"), type_=kind).label(
+                name
+            )
+            for at, (name, _, kind) in enumerate(columns)
+        )
+    ).subquery(alias)
+
+
 def batch_release(table: sa.Table, engine: Engine) -> sa.Update | None:
     """One ``UPDATE ... FROM ... RETURNING`` handing many blocks back, or None.
 
@@ -310,39 +330,19 @@ def batch_release(table: sa.Table, engine: Engine) -> sa.Update | None:
     has no such form (MariaDB/MySQL, other PostgreSQL look-alikes, SQLite
     before 3.38): ``release`` of each block, in one transaction, then.
     """
-    from sqlalchemy.dialects import postgresql
-
-    dialect = engine.dialect
     c = table.c
-    blocks: sa.FromClause
-    if dialect.name == "postgresql" and dialect.update_returning:
-        blocks = (
-            sa.func.unnest(
-                sa.bindparam("names", type_=postgresql.ARRAY(sa.Text)),
-                sa.bindparam("versions", type_=postgresql.ARRAY(sa.BigInteger)),
-                sa.bindparam("currents", type_=postgresql.ARRAY(sa.BigInteger)),
-                sa.bindparam("firsts", type_=postgresql.ARRAY(sa.BigInteger)),
-            )
-            .table_valued("name", "version", "cur", "first")
-            .render_derived(name="handed")
-        )
-    elif dialect.name == "sqlite" and dialect.update_returning:
-        import sqlite3
-
-        if sqlite3.sqlite_version_info < (3, 38):  # UPDATE FROM, RETURNING, built-in JSON
-            return None
-        each = sa.func.json_each(sa.bindparam("blocks", type_=sa.Text)).table_valued("value")
-
-        def item(at: int, kind: sa.types.TypeEngine[Any]) -> sa.ColumnElement[Any]:
-            return sa.func.json_extract(each.c.value, sa.literal_column(f"'$[{at}]'"), type_=kind)
-
-        blocks = sa.select(
-            item(0, sa.Text()).label("name"),
-            item(1, sa.BigInteger()).label("version"),
-            item(2, sa.BigInteger()).label("cur"),
-            item(3, sa.BigInteger()).label("first"),
-        ).subquery("handed")
-    else:
+    blocks = _passed_rows(
+        engine,
+        "handed",
+        "blocks",
+        [
+            ("name", "names", sa.Text()),
+            ("version", "versions", sa.BigInteger()),
+            ("cur", "currents", sa.BigInteger()),
+            ("first", "firsts", sa.BigInteger()),
+        ],
+    )
+    if blocks is None:
         return None
     return (
         sa.update(table)
