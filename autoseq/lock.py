@@ -1064,7 +1064,8 @@ _hooks.at_exit(_close_all_at_exit)
 _RESERVES_MANY: dict[type, bool] = {}
 
 
-def _reserves_many(kind: type, store: object) -> bool:
+def _reserves_many(store: object) -> bool:
+    kind = type(store)
     known = _RESERVES_MANY.get(kind)
     if known is None:
         known = _RESERVES_MANY[kind] = isinstance(store, ReservesMany)
@@ -1088,7 +1089,7 @@ class _Prefetch:
         self.lock = lock
         self.ticket = ticket
         store = lock.store
-        self.batch_key: object | None = store if _reserves_many(type(store), store) else None
+        self.batch_key: object | None = store if _reserves_many(store) else None
 
     def __call__(self) -> None:
         self.lock._prefetch(self.ticket)

@@ -375,7 +375,7 @@ def test_the_prefetch_point_checks_the_stores_capability_once_per_class(
         pass
 
     monkeypatch.setattr(lock_module, "ReservesMany", CountingReservesMany)
-    monkeypatch.setattr(lock_module, "_RESERVES_MANY", {}, raising=False)
+    monkeypatch.setattr(lock_module, "_RESERVES_MANY", {})
     store = FlakyStore(MemoryStore())
     lock = SequenceRegistry(store, policy=BufferPolicy(max_batch_count=10)).register(
         SequenceConfig("checked", batch_count=10)
